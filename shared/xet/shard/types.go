@@ -75,6 +75,12 @@ type Footer struct {
 	HMACKey   hash.Hash
 	CreatedAt uint64 // Unix seconds
 	KeyExpiry uint64 // Unix seconds
+
+	// Byte sums as the sender wrote them. Parse fills them in without checking them (huggingface.js
+	// leaves MaterializedBytes 0); AppendWithFooter ignores them and writes the sums of the shard.
+	StoredBytesOnDisk uint64 // Σ Xorb.BytesOnDisk
+	MaterializedBytes uint64 // Σ File.Size()
+	StoredBytes       uint64 // Σ Xorb.RawBytes
 }
 
 // Shard is a parsed shard. Footer is nil when the shard has none (upload bodies).

@@ -1,0 +1,168 @@
+package shard
+
+import (
+	"time"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// GlobalDedupModulus: a chunk whose hash satisfies h % GlobalDedupModulus == 0 is eligible for
+// global dedup (§8.6).
+const GlobalDedupModulus = 1024
+
+// DedupAnswer builds the shard answering a global-dedup query (GET /v1/chunks/...; §8.6): an
+// empty file section, the given xorbs, and a footer with the key and timestamps. Write it with
+// AppendWithFooter.
+//
+// When key is non-zero every chunk hash is replaced by hash.HMAC(key, chunk hash), so the raw
+// hashes are never disclosed; a zero key leaves them raw (what the upstream test server does).
+// Xorb hashes, offsets, sizes and flags are copied unchanged; callers that want file-start chunks
+// flagged (so the client chains further queries) run MarkFileStarts on the registering shard
+// first. expiry must be a real future time: the client treats an expiry of 0 or in the past as
+// already expired. Times before the Unix epoch are written as 0.
+//
+// The input is not modified; the result shares no memory with it.
+func DedupAnswer(xorbs []Xorb, key hash.Hash, created, expiry time.Time) *Shard {
+	s := &Shard{
+		Footer: &Footer{HMACKey: key, CreatedAt: unixSeconds(created), KeyExpiry: unixSeconds(expiry)},
+	}
+	if len(xorbs) == 0 {
+		return s
+	}
+	n := 0
+	for i := range xorbs {
+		n += len(xorbs[i].Chunks)
+	}
+	chunks := make([]XorbChunk, n)
+	s.Xorbs = make([]Xorb, len(xorbs))
+	for i, x := range xorbs {
+		dst := chunks[:len(x.Chunks):len(x.Chunks)]
+		chunks = chunks[len(x.Chunks):]
+		copy(dst, x.Chunks)
+		if !key.IsZero() {
+			for j := range dst {
+				dst[j].Hash = hash.HMAC(key, dst[j].Hash)
+			}
+		}
+		x.Chunks = dst
+		s.Xorbs[i] = x
+	}
+	return s
+}
+
+func unixSeconds(t time.Time) uint64 {
+	if t.IsZero() || t.Unix() < 0 {
+		return 0
+	}
+	return uint64(t.Unix())
+}
+
+// Expired reports whether the footer's key expiry is at or before now, as the client judges it
+// (an expiry of 0 is always expired).
+func (f *Footer) Expired(now time.Time) bool { return f.KeyExpiry <= unixSeconds(now) }
+
+// KeyChunk returns the form chunk hash raw takes in s's xorb section: hash.HMAC(key, raw) when
+// s has a footer with a non-zero HMAC key, raw otherwise.
+func (s *Shard) KeyChunk(raw hash.Hash) hash.Hash {
+	if s.Footer == nil || s.Footer.HMACKey.IsZero() {
+		return raw
+	}
+	return hash.HMAC(s.Footer.HMACKey, raw)
+}
+
+// ChunkLoc locates a chunk in a shard's xorb section: s.Xorbs[Xorb].Chunks[Chunk].
+type ChunkLoc struct {
+	Xorb  int
+	Chunk int
+}
+
+// FindChunk looks up a raw (un-keyed) chunk hash in s, typically a dedup answer: it keys the
+// hash with KeyChunk and returns the first chunk carrying it. It scans the whole xorb section;
+// a client looking up many hashes should build its own map of KeyChunk values.
+func (s *Shard) FindChunk(raw hash.Hash) (ChunkLoc, bool) {
+	want := s.KeyChunk(raw)
+	for i := range s.Xorbs {
+		for j := range s.Xorbs[i].Chunks {
+			if s.Xorbs[i].Chunks[j].Hash == want {
+				return ChunkLoc{Xorb: i, Chunk: j}, true
+			}
+		}
+	}
+	return ChunkLoc{}, false
+}
+
+// ChunkRef is one global-dedup-eligible chunk and the xorb of s that holds it.
+type ChunkRef struct {
+	Chunk hash.Hash
+	Xorb  hash.Hash
+	Index uint32 // chunk index within the xorb
+}
+
+// EligibleRefs lists the chunks of s's xorb section that are eligible for global dedup
+// (§8.6): (a) hash % 1024 == 0, (b) flag bit 31 set, or (c) the first chunk of a file's first
+// term, when that xorb is described in s. Chunks appear in section order; a chunk hash that
+// occurs in several xorbs is listed once per xorb. Hashes are taken as stored (raw in uploads).
+func EligibleRefs(s *Shard) []ChunkRef {
+	starts := fileStarts(s)
+	var out []ChunkRef
+	for i := range s.Xorbs {
+		x := &s.Xorbs[i]
+		for j := range x.Chunks {
+			c := &x.Chunks[j]
+			if c.Hash.Mod(GlobalDedupModulus) == 0 || c.Flags&ChunkFlagGlobalDedup != 0 ||
+				starts[chunkPos{i, j}] {
+				out = append(out, ChunkRef{Chunk: c.Hash, Xorb: x.Hash, Index: uint32(j)})
+			}
+		}
+	}
+	return out
+}
+
+// EligibleChunks is EligibleRefs reduced to the distinct chunk hashes, in first-seen order.
+func EligibleChunks(s *Shard) []hash.Hash {
+	refs := EligibleRefs(s)
+	seen := make(map[hash.Hash]struct{}, len(refs))
+	out := make([]hash.Hash, 0, len(refs))
+	for _, r := range refs {
+		if _, dup := seen[r.Chunk]; !dup {
+			seen[r.Chunk] = struct{}{}
+			out = append(out, r.Chunk)
+		}
+	}
+	return out
+}
+
+// MarkFileStarts sets ChunkFlagGlobalDedup on every chunk of s's xorb section that starts a
+// file of s (rule (c) of EligibleRefs), as the upstream client does before serving a shard as a
+// dedup answer. It modifies s in place.
+func MarkFileStarts(s *Shard) {
+	for p := range fileStarts(s) {
+		s.Xorbs[p.xorb].Chunks[p.chunk].Flags |= ChunkFlagGlobalDedup
+	}
+}
+
+type chunkPos struct{ xorb, chunk int }
+
+// fileStarts returns the positions in s's xorb section of the first chunk of each file's first
+// term. A term pointing at a xorb not in s, or past its chunks, contributes nothing.
+func fileStarts(s *Shard) map[chunkPos]bool {
+	if len(s.Files) == 0 || len(s.Xorbs) == 0 {
+		return nil
+	}
+	idx := make(map[hash.Hash]int, len(s.Xorbs))
+	for i := len(s.Xorbs) - 1; i >= 0; i-- { // first occurrence wins
+		idx[s.Xorbs[i].Hash] = i
+	}
+	starts := make(map[chunkPos]bool)
+	for i := range s.Files {
+		if len(s.Files[i].Terms) == 0 {
+			continue
+		}
+		t := s.Files[i].Terms[0]
+		xi, ok := idx[t.Xorb]
+		if ok && uint64(t.Start) < uint64(len(s.Xorbs[xi].Chunks)) {
+			starts[chunkPos{xi, int(t.Start)}] = true
+		}
+	}
+	return starts
+}
