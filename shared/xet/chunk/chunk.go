@@ -1,0 +1,112 @@
+// Package chunk splits byte streams into Xet chunks at the same boundaries as the upstream
+// client (xet-protocol.md §4) and hashes them (§5).
+//
+// Boundaries are content defined: a 64-bit gear rolling hash runs over the bytes of a chunk and a
+// chunk ends after the first byte at which the chunk is at least MinSize long and the hash has
+// its 16 high bits clear, or when the chunk reaches MaxSize. The hash at any position depends only
+// on the 64 bytes before it, so boundaries do not depend on how the input is split into reads.
+//
+// The package does no I/O of its own: Reader and Hasher read from the io.Reader they are given.
+// It keeps no mutable package state.
+package chunk
+
+// Chunk size limits (xet-protocol.md §0).
+const (
+	// MinSize is the smallest chunk the chunker cuts; only the last chunk of a stream may be shorter.
+	MinSize = TargetSize / 8
+	// TargetSize is the mean spacing of content-defined boundaries above MinSize.
+	TargetSize = 64 << 10
+	// MaxSize is the hard limit: a chunk that reaches it ends there.
+	MaxSize = TargetSize * 2
+)
+
+const (
+	// boundaryMask selects the 16 high bits of the gear hash: (TargetSize-1) shifted fully left.
+	boundaryMask = 0xFFFF_0000_0000_0000
+	// window is the number of bytes that influence the gear hash (it shifts left once per byte).
+	window = 64
+	// skip is how many bytes at the start of a chunk are never hashed. Hashing starts 65 bytes
+	// before the first position that may end a chunk, as upstream does, so the hash there is
+	// already a function of the preceding 64 bytes alone.
+	skip = MinSize - window - 1
+)
+
+// Cut returns the length of the first chunk of a stream whose unread bytes start with data.
+//
+// When found is true the chunk ends after n bytes whatever follows data. When found is false,
+// n == len(data) < MaxSize: the chunk ends at the end of data only if the stream ends there, and
+// otherwise the caller must call Cut again with more bytes (from the same chunk start). Cut never
+// examines more than MaxSize bytes. Cut(nil) is (0, false).
+func Cut(data []byte) (n int, found bool) {
+	if len(data) >= MaxSize {
+		data = data[:MaxSize]
+	}
+	if len(data) < MinSize {
+		return len(data), false
+	}
+	if n := scan(data); n > 0 {
+		return n, true
+	}
+	return len(data), len(data) == MaxSize
+}
+
+// scan runs the gear hash over data (MinSize <= len(data) <= MaxSize) from offset skip and
+// returns the end of the first content-defined boundary, or 0 if there is none.
+//
+// The loop is written for speed: eight bytes per iteration, read with one bounds check, each
+// step a single shift-and-add on the critical path and a predictable not-taken branch.
+func scan(data []byte) int {
+	tbl := &gearTable
+	var h uint64
+	// Warm up: bytes skip .. MinSize-2 can never end a chunk (the chunk would be too short).
+	warm := data[skip : MinSize-1 : MinSize-1]
+	for _, b := range warm {
+		h = h<<1 + tbl[b]
+	}
+	i := MinSize - 1
+	for ; i+8 <= len(data); i += 8 {
+		p := data[i : i+8 : i+8]
+		if h = h<<1 + tbl[p[0]]; h&boundaryMask == 0 {
+			return i + 1
+		}
+		if h = h<<1 + tbl[p[1]]; h&boundaryMask == 0 {
+			return i + 2
+		}
+		if h = h<<1 + tbl[p[2]]; h&boundaryMask == 0 {
+			return i + 3
+		}
+		if h = h<<1 + tbl[p[3]]; h&boundaryMask == 0 {
+			return i + 4
+		}
+		if h = h<<1 + tbl[p[4]]; h&boundaryMask == 0 {
+			return i + 5
+		}
+		if h = h<<1 + tbl[p[5]]; h&boundaryMask == 0 {
+			return i + 6
+		}
+		if h = h<<1 + tbl[p[6]]; h&boundaryMask == 0 {
+			return i + 7
+		}
+		if h = h<<1 + tbl[p[7]]; h&boundaryMask == 0 {
+			return i + 8
+		}
+	}
+	for ; i < len(data); i++ {
+		if h = h<<1 + tbl[data[i]]; h&boundaryMask == 0 {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Boundaries returns the cumulative end offsets of the chunks of data, as if data were a whole
+// stream: the last element is len(data). Empty input has no chunks and returns nil.
+func Boundaries(data []byte) []int {
+	var ends []int
+	for off := 0; off < len(data); {
+		n, _ := Cut(data[off:])
+		off += n
+		ends = append(ends, off)
+	}
+	return ends
+}

@@ -1,0 +1,110 @@
+package chunk
+
+import (
+	"errors"
+	"io"
+)
+
+// bufSize is the Reader's buffer. It holds at least two maximal chunks so that keeping the
+// unread tail (< MaxSize) and refilling costs a copy of at most MaxSize per bufSize-MaxSize
+// bytes read, and large reads keep system calls rare.
+const bufSize = 2 << 20
+
+// maxEmptyReads bounds how many (0, nil) reads in a row are tolerated before giving up with
+// io.ErrNoProgress, as bufio does.
+const maxEmptyReads = 100
+
+// Reader splits a stream into chunks. It reads the underlying reader in large blocks with a
+// fixed buffer of a few MiB, so its memory does not grow with the stream. The boundaries are the
+// same however the underlying reader splits its data.
+//
+// A Reader is not safe for concurrent use.
+type Reader struct {
+	r          io.Reader
+	buf        []byte
+	start, end int   // unread bytes are buf[start:end]
+	err        error // sticky error from r; io.EOF once r is exhausted
+
+	// tap, when set, sees every byte read from r, in order. Before the Reader overwrites bytes
+	// it has shown to tap, it calls tap.wait, so tap may process them on another goroutine.
+	tap tap
+}
+
+// tap observes the raw stream for Hasher (the SHA-256 of the whole input).
+type tap interface {
+	observe(p []byte) // p stays unmodified until the next call of wait
+	wait()
+}
+
+// NewReader returns a Reader that reads from r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{r: r, buf: make([]byte, bufSize)}
+}
+
+// Next returns the bytes of the next chunk. The slice is valid until the next call of Next.
+// After the last chunk Next returns io.EOF; an error from the underlying reader is returned
+// as soon as it is seen (no further chunks are returned after it), wrapped.
+func (r *Reader) Next() ([]byte, error) {
+	if r.end-r.start < MaxSize && r.err == nil {
+		r.fill()
+	}
+	if r.err != nil && !errors.Is(r.err, io.EOF) {
+		return nil, r.err
+	}
+	avail := r.buf[r.start:r.end]
+	if len(avail) == 0 {
+		return nil, io.EOF
+	}
+	// Either at least MaxSize bytes are buffered or the stream has ended, so the cut is final.
+	n, _ := Cut(avail)
+	r.start += n
+	return avail[:n:n], nil
+}
+
+// fill reads until at least MaxSize bytes are buffered or the underlying reader fails or ends.
+func (r *Reader) fill() {
+	if r.tap != nil {
+		r.tap.wait()
+	}
+	if len(r.buf)-r.end < MaxSize {
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+		r.start = 0
+	}
+	from := r.end
+	for empty := 0; r.end-r.start < MaxSize; {
+		n, err := r.r.Read(r.buf[r.end:])
+		if n < 0 || n > len(r.buf)-r.end {
+			r.err = &ReadError{Err: errBadCount}
+			break
+		}
+		r.end += n
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				r.err = io.EOF
+			} else {
+				r.err = &ReadError{Err: err}
+			}
+			break
+		}
+		if n > 0 {
+			empty = 0
+		} else if empty++; empty >= maxEmptyReads {
+			r.err = &ReadError{Err: io.ErrNoProgress}
+			break
+		}
+	}
+	if r.tap != nil && r.end > from {
+		r.tap.observe(r.buf[from:r.end])
+	}
+}
+
+// errBadCount reports an io.Reader that broke its contract.
+var errBadCount = errors.New("reader returned an invalid count")
+
+// ReadError reports a failure of the underlying reader.
+type ReadError struct{ Err error }
+
+func (e *ReadError) Error() string { return "chunk: read input: " + e.Err.Error() }
+
+// Unwrap returns the underlying reader's error.
+func (e *ReadError) Unwrap() error { return e.Err }
