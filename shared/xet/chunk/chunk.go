@@ -53,41 +53,47 @@ func Cut(data []byte) (n int, found bool) {
 // scan runs the gear hash over data (MinSize <= len(data) <= MaxSize) from offset skip and
 // returns the end of the first content-defined boundary, or 0 if there is none.
 //
-// The loop is written for speed: eight bytes per iteration, read with one bounds check, each
-// step a single shift-and-add on the critical path and a predictable not-taken branch.
+// The loop is written for speed. The gear step h' = h<<1 + T[b] is a serial dependency, so the
+// loop advances h two bytes at a time, h'' = h<<2 + (T[b0]<<1 + T[b1]), whose right-hand term
+// does not depend on h; the hash after the first byte of each pair is computed beside it only
+// for the boundary test. That halves the critical path (one LEA per two bytes on amd64). Eight
+// bytes are read per iteration with one bounds check.
 func scan(data []byte) int {
 	tbl := &gearTable
 	var h uint64
 	// Warm up: bytes skip .. MinSize-2 can never end a chunk (the chunk would be too short).
-	warm := data[skip : MinSize-1 : MinSize-1]
-	for _, b := range warm {
+	for _, b := range data[skip : MinSize-1 : MinSize-1] {
 		h = h<<1 + tbl[b]
 	}
 	i := MinSize - 1
 	for ; i+8 <= len(data); i += 8 {
 		p := data[i : i+8 : i+8]
-		if h = h<<1 + tbl[p[0]]; h&boundaryMask == 0 {
+		t := tbl[p[0]]
+		if (h<<1+t)&boundaryMask == 0 {
 			return i + 1
 		}
-		if h = h<<1 + tbl[p[1]]; h&boundaryMask == 0 {
+		if h = h<<2 + (t<<1 + tbl[p[1]]); h&boundaryMask == 0 {
 			return i + 2
 		}
-		if h = h<<1 + tbl[p[2]]; h&boundaryMask == 0 {
+		t = tbl[p[2]]
+		if (h<<1+t)&boundaryMask == 0 {
 			return i + 3
 		}
-		if h = h<<1 + tbl[p[3]]; h&boundaryMask == 0 {
+		if h = h<<2 + (t<<1 + tbl[p[3]]); h&boundaryMask == 0 {
 			return i + 4
 		}
-		if h = h<<1 + tbl[p[4]]; h&boundaryMask == 0 {
+		t = tbl[p[4]]
+		if (h<<1+t)&boundaryMask == 0 {
 			return i + 5
 		}
-		if h = h<<1 + tbl[p[5]]; h&boundaryMask == 0 {
+		if h = h<<2 + (t<<1 + tbl[p[5]]); h&boundaryMask == 0 {
 			return i + 6
 		}
-		if h = h<<1 + tbl[p[6]]; h&boundaryMask == 0 {
+		t = tbl[p[6]]
+		if (h<<1+t)&boundaryMask == 0 {
 			return i + 7
 		}
-		if h = h<<1 + tbl[p[7]]; h&boundaryMask == 0 {
+		if h = h<<2 + (t<<1 + tbl[p[7]]); h&boundaryMask == 0 {
 			return i + 8
 		}
 	}
