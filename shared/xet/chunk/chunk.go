@@ -53,8 +53,8 @@ func Cut(data []byte) (n int, found bool) {
 // scan runs the gear hash over data (MinSize <= len(data) <= MaxSize) from offset skip and
 // returns the end of the first content-defined boundary, or 0 if there is none.
 //
-// The loop is written for speed. The gear step h' = h<<1 + T[b] is a serial dependency, so the
-// loop advances h two bytes at a time, h” = h<<2 + (T[b0]<<1 + T[b1]), whose right-hand term
+// The loop is written for speed. The gear step h = h<<1 + T[b] is a serial dependency, so the
+// loop advances h two bytes at a time, h = h<<2 + (T[b0]<<1 + T[b1]), whose right-hand term
 // does not depend on h; the hash after the first byte of each pair is computed beside it only
 // for the boundary test. That halves the critical path (one LEA per two bytes on amd64). Eight
 // bytes are read per iteration with one bounds check.
