@@ -1,0 +1,324 @@
+// Package config is the origin's one typed configuration: defaults for the embedded single-node
+// mode (SQLite index and local-disk objects under --data-dir), an optional JSON file, flags
+// that override the file, and secrets that come only from the environment.
+//
+// Precedence, lowest first: Default(), the --config file, command-line flags, environment
+// secrets. Validate reports every problem at once.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Environment variables holding secrets. They are never read from the file or flags.
+const (
+	EnvPostgresDSN = "XETCDN_POSTGRES_DSN"
+	EnvS3AccessKey = "XETCDN_S3_ACCESS_KEY"
+	EnvS3SecretKey = "XETCDN_S3_SECRET_KEY"
+)
+
+// Index and object store drivers.
+const (
+	IndexSQLite     = "sqlite"
+	IndexPostgres   = "postgres"
+	ObjectsLocal    = "local"
+	ObjectsS3       = "s3"
+	defaultListen   = "127.0.0.1:8080"
+	sqliteFileName  = "index.db"
+	objectsDirName  = "objects"
+	keysDirName     = "keys"
+	defaultMaxIngst = 512 << 20
+)
+
+// Config is the whole configuration of xet-origin. The JSON names are the file's keys.
+type Config struct {
+	DataDir     string `json:"data_dir"`     // keys, and the embedded index and objects
+	Listen      string `json:"listen"`       // main listener host:port
+	AdminListen string `json:"admin_listen"` // /metrics and /debug/pprof; empty = off
+	// PublicURL is the origin's base URL as clients reach it: the casUrl of write tokens from the
+	// token route. Empty = "http://" + Listen.
+	PublicURL string `json:"public_url"`
+	// EdgeURL is the casUrl of read tokens; empty = PublicURL.
+	EdgeURL string `json:"edge_url"`
+	// DevNoAuth disables authentication. Only the --dev-no-auth flag sets it.
+	DevNoAuth bool `json:"-"`
+
+	Index   Index   `json:"index"`
+	Objects Objects `json:"objects"`
+	Auth    Auth    `json:"auth"`
+	Limits  Limits  `json:"limits"`
+}
+
+// Index selects the index backend.
+type Index struct {
+	Driver      string `json:"driver"`      // sqlite | postgres
+	SQLitePath  string `json:"sqlite_path"` // default DataDir/index.db
+	PostgresDSN string `json:"-"`           // env XETCDN_POSTGRES_DSN
+	MaxConns    int    `json:"max_conns"`   // postgres pool size; 0 = driver default
+}
+
+// Objects selects the object store.
+type Objects struct {
+	Driver    string `json:"driver"`   // local | s3
+	Dir       string `json:"dir"`      // local: default DataDir/objects
+	Endpoint  string `json:"endpoint"` // s3: host:port
+	Bucket    string `json:"bucket"`   // s3
+	Region    string `json:"region"`   // s3, optional
+	UseTLS    bool   `json:"use_tls"`  // s3
+	AccessKey string `json:"-"`        // env XETCDN_S3_ACCESS_KEY
+	SecretKey string `json:"-"`        // env XETCDN_S3_SECRET_KEY
+}
+
+// Auth configures keys and token lifetimes.
+type Auth struct {
+	KeyDir string `json:"key_dir"` // default DataDir/keys: signing.pem, transfer.key, dedup.key
+	// CASTokenTTL is the lifetime of tokens minted by the Hub-compatible token route.
+	CASTokenTTL Duration `json:"cas_token_ttl"`
+	// TransferURLTTL is the lifetime of signed transfer URLs in reconstruction answers.
+	TransferURLTTL Duration `json:"transfer_url_ttl"`
+	// DedupExpiry is how long a global-dedup answer stays valid for the client.
+	DedupExpiry Duration `json:"dedup_expiry"`
+	// Leeway is the clock skew tolerated when verifying tokens.
+	Leeway Duration `json:"leeway"`
+}
+
+// Limits bound resources.
+type Limits struct {
+	PaceFloor       int64    `json:"pace_floor"`        // bytes/s an upload must sustain; <0 off
+	PaceWindow      Duration `json:"pace_window"`       // window the floor is measured over
+	IngestMemory    int64    `json:"ingest_memory"`     // bytes of request bodies held at once
+	ShardHeartbeat  Duration `json:"shard_heartbeat"`   // /v2/shards heartbeat interval
+	ReconPermits    int      `json:"recon_permits"`     // goroutines writing big answers
+	ReconParallelAt int      `json:"recon_parallel_at"` // terms from which answers are written in parallel
+	ShutdownGrace   Duration `json:"shutdown_grace"`    // drain time on SIGTERM
+	EventsWait      Duration `json:"events_wait"`       // long-poll limit of /internal/v1/events
+}
+
+// Duration is a time.Duration written as a Go duration string ("20s") in JSON.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default is the embedded single-node configuration; DataDir must still be set.
+func Default() Config {
+	return Config{
+		Listen:  defaultListen,
+		Index:   Index{Driver: IndexSQLite},
+		Objects: Objects{Driver: ObjectsLocal},
+		Auth: Auth{
+			CASTokenTTL:    Duration(time.Hour),
+			TransferURLTTL: Duration(time.Hour),
+			DedupExpiry:    Duration(7 * 24 * time.Hour),
+			Leeway:         Duration(30 * time.Second),
+		},
+		Limits: Limits{
+			PaceFloor:       4 << 10,
+			PaceWindow:      Duration(10 * time.Second),
+			IngestMemory:    defaultMaxIngst,
+			ShardHeartbeat:  Duration(20 * time.Second),
+			ReconPermits:    8,
+			ReconParallelAt: 20000,
+			ShutdownGrace:   Duration(30 * time.Second),
+			EventsWait:      Duration(30 * time.Second),
+		},
+	}
+}
+
+// ErrInvalid wraps every configuration problem.
+var ErrInvalid = errors.New("config: invalid")
+
+// Load builds the configuration from command-line args (without the program name) and the
+// environment (getenv, os.Getenv in production). Flags override the file named by --config.
+func Load(args []string, getenv func(string) string) (*Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("xet-origin", flag.ContinueOnError)
+	var file string
+	fs.StringVar(&file, "config", "", "JSON configuration file")
+	// Flags are bound to a scratch copy; only the ones actually given are applied after the file.
+	var f Config
+	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (keys; embedded index and objects)")
+	fs.StringVar(&f.Listen, "listen", defaultListen, "main listener host:port")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener host:port (/metrics, /debug/pprof)")
+	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the origin")
+	fs.StringVar(&f.EdgeURL, "edge-url", "", "casUrl handed out with read tokens")
+	fs.BoolVar(&f.DevNoAuth, "dev-no-auth", false, "DEVELOPMENT ONLY: accept requests without tokens")
+	fs.StringVar(&f.Index.Driver, "index", IndexSQLite, "index backend: sqlite | postgres")
+	fs.StringVar(&f.Objects.Driver, "objects", ObjectsLocal, "object store: local | s3")
+	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
+	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
+	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", 4<<10, "minimum upload pace in bytes/s (<0 disables)")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrInvalid, fs.Args())
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "data-dir":
+			c.DataDir = f.DataDir
+		case "listen":
+			c.Listen = f.Listen
+		case "admin-listen":
+			c.AdminListen = f.AdminListen
+		case "public-url":
+			c.PublicURL = f.PublicURL
+		case "edge-url":
+			c.EdgeURL = f.EdgeURL
+		case "dev-no-auth":
+			c.DevNoAuth = f.DevNoAuth
+		case "index":
+			c.Index.Driver = f.Index.Driver
+		case "objects":
+			c.Objects.Driver = f.Objects.Driver
+		case "s3-endpoint":
+			c.Objects.Endpoint = f.Objects.Endpoint
+		case "s3-bucket":
+			c.Objects.Bucket = f.Objects.Bucket
+		case "pace-floor":
+			c.Limits.PaceFloor = f.Limits.PaceFloor
+		}
+	})
+	c.Index.PostgresDSN = getenv(EnvPostgresDSN)
+	c.Objects.AccessKey = getenv(EnvS3AccessKey)
+	c.Objects.SecretKey = getenv(EnvS3SecretKey)
+	c.fillDerived()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// fillDerived fills paths and URLs that default from other fields.
+func (c *Config) fillDerived() {
+	if c.DataDir != "" {
+		if c.Index.SQLitePath == "" {
+			c.Index.SQLitePath = filepath.Join(c.DataDir, sqliteFileName)
+		}
+		if c.Objects.Dir == "" {
+			c.Objects.Dir = filepath.Join(c.DataDir, objectsDirName)
+		}
+		if c.Auth.KeyDir == "" {
+			c.Auth.KeyDir = filepath.Join(c.DataDir, keysDirName)
+		}
+	}
+	if c.PublicURL == "" && c.Listen != "" {
+		c.PublicURL = "http://" + c.Listen
+	}
+	if c.EdgeURL == "" {
+		c.EdgeURL = c.PublicURL
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	c.EdgeURL = strings.TrimRight(c.EdgeURL, "/")
+}
+
+// Validate reports every problem of c at once, joined, each wrapping ErrInvalid.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if c.DataDir == "" {
+		bad("data_dir (--data-dir) is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen %q: %v", c.Listen, err)
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			bad("admin_listen %q: %v", c.AdminListen, err)
+		} else if c.AdminListen == c.Listen {
+			bad("admin_listen must differ from listen")
+		}
+	}
+	for name, u := range map[string]string{"public_url": c.PublicURL, "edge_url": c.EdgeURL} {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad("%s %q is not an http(s) URL", name, u)
+		}
+	}
+	switch c.Index.Driver {
+	case IndexSQLite:
+		if c.Index.SQLitePath == "" {
+			bad("index.sqlite_path is empty")
+		}
+	case IndexPostgres:
+		if c.Index.PostgresDSN == "" {
+			bad("index driver postgres needs %s in the environment", EnvPostgresDSN)
+		}
+	default:
+		bad("index.driver %q is not sqlite or postgres", c.Index.Driver)
+	}
+	switch c.Objects.Driver {
+	case ObjectsLocal:
+		if c.Objects.Dir == "" {
+			bad("objects.dir is empty")
+		}
+	case ObjectsS3:
+		if c.Objects.Endpoint == "" || c.Objects.Bucket == "" {
+			bad("objects driver s3 needs objects.endpoint and objects.bucket")
+		}
+		if c.Objects.AccessKey == "" || c.Objects.SecretKey == "" {
+			bad("objects driver s3 needs %s and %s in the environment", EnvS3AccessKey, EnvS3SecretKey)
+		}
+	default:
+		bad("objects.driver %q is not local or s3", c.Objects.Driver)
+	}
+	for name, d := range map[string]Duration{
+		"auth.cas_token_ttl": c.Auth.CASTokenTTL, "auth.transfer_url_ttl": c.Auth.TransferURLTTL,
+		"auth.dedup_expiry": c.Auth.DedupExpiry, "limits.pace_window": c.Limits.PaceWindow,
+		"limits.shard_heartbeat": c.Limits.ShardHeartbeat, "limits.shutdown_grace": c.Limits.ShutdownGrace,
+		"limits.events_wait": c.Limits.EventsWait,
+	} {
+		if d <= 0 {
+			bad("%s must be positive, is %v", name, d.D())
+		}
+	}
+	if c.Auth.Leeway < 0 {
+		bad("auth.leeway must not be negative")
+	}
+	if c.Limits.IngestMemory < 128<<20 {
+		bad("limits.ingest_memory %d is below one maximal xorb (128 MiB)", c.Limits.IngestMemory)
+	}
+	if c.Limits.ReconPermits < 1 {
+		bad("limits.recon_permits must be at least 1")
+	}
+	if c.Limits.ReconParallelAt < 1 {
+		bad("limits.recon_parallel_at must be at least 1")
+	}
+	return errors.Join(errs...)
+}

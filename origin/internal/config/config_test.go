@@ -1,0 +1,87 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestEmbeddedDefaults(t *testing.T) {
+	c, err := Load([]string{"--data-dir", "/d", "--listen", "127.0.0.1:9000"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Index.Driver != IndexSQLite || c.Index.SQLitePath != "/d/index.db" || c.Objects.Driver != ObjectsLocal ||
+		c.Objects.Dir != "/d/objects" || c.Auth.KeyDir != "/d/keys" || c.PublicURL != "http://127.0.0.1:9000" ||
+		c.EdgeURL != c.PublicURL || c.DevNoAuth || c.Limits.PaceFloor != 4096 {
+		t.Fatalf("config %+v", c)
+	}
+}
+
+func TestFileFlagsEnv(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "origin.json")
+	doc := `{"data_dir":"/from-file","listen":"127.0.0.1:1","public_url":"https://cas.example/",
+	"index":{"driver":"postgres"},"objects":{"driver":"s3","endpoint":"127.0.0.1:9000","bucket":"b"},
+	"limits":{"shard_heartbeat":"5s","pace_floor":100}}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{"--config", file, "--listen", "127.0.0.1:2", "--dev-no-auth"}, env(map[string]string{
+		EnvPostgresDSN: "postgres://x", EnvS3AccessKey: "a", EnvS3SecretKey: "s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/from-file" || c.Listen != "127.0.0.1:2" || c.PublicURL != "https://cas.example" ||
+		c.Index.PostgresDSN != "postgres://x" || c.Objects.SecretKey != "s" || !c.DevNoAuth ||
+		c.Limits.ShardHeartbeat.D() != 5*time.Second || c.Limits.PaceFloor != 100 {
+		t.Fatalf("config %+v", c)
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bad.json")
+	doc := `{"listen":"nope","index":{"driver":"mysql"},"objects":{"driver":"s3"},
+	"limits":{"shard_heartbeat":"-1s","recon_permits":0}}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load([]string{"--config", file}, env(nil))
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"data_dir", "listen", "index.driver", "objects driver s3 needs objects.endpoint",
+		"XETCDN_S3_ACCESS_KEY", "limits.shard_heartbeat", "recon_permits"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	dir := t.TempDir()
+	unknown := filepath.Join(dir, "unknown.json")
+	os.WriteFile(unknown, []byte(`{"data_dir":"/d","no_such_key":1}`), 0o600)
+	secret := filepath.Join(dir, "secret.json")
+	os.WriteFile(secret, []byte(`{"data_dir":"/d","index":{"driver":"postgres","PostgresDSN":"x"}}`), 0o600)
+	tests := map[string][]string{
+		"unknown key":         {"--config", unknown},
+		"secret in file":      {"--config", secret},
+		"missing file":        {"--config", filepath.Join(dir, "absent.json")},
+		"unknown flag":        {"--data-dir", "/d", "--bogus"},
+		"stray argument":      {"--data-dir", "/d", "extra"},
+		"same admin and main": {"--data-dir", "/d", "--admin-listen", "127.0.0.1:8080"},
+		"bad public url":      {"--data-dir", "/d", "--public-url", "ftp://x"},
+	}
+	for name, args := range tests {
+		if _, err := Load(args, env(nil)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+}
