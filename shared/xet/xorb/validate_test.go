@@ -1,0 +1,183 @@
+package xorb
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/pierrec/lz4/v4"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// TestFramesReadByStandardDecoder checks that the frames we write are standard LZ4 frames.
+func TestFramesReadByStandardDecoder(t *testing.T) {
+	raw := textLike(MaxChunkRaw, 11)
+	enc, s := AppendCompressed(nil, raw, LZ4)
+	if s != LZ4 {
+		t.Fatalf("scheme %s", s)
+	}
+	got, err := io.ReadAll(lz4.NewReader(bytes.NewReader(enc[HeaderSize:])))
+	if err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("pierrec reader: %v, equal %v", err, bytes.Equal(got, raw))
+	}
+}
+
+func mixedChunks() [][]byte {
+	return [][]byte{textLike(70_000, 1), floatLike(65_536, 2), randomBytes(9_000, 3), []byte("x"),
+		textLike(MaxChunkRaw, 4), make([]byte, 100_000)}
+}
+
+func TestValidateRoundTrip(t *testing.T) {
+	for _, s := range []Scheme{None, LZ4, BG4, Auto} {
+		t.Run(s.String(), func(t *testing.T) {
+			chunks := mixedChunks()
+			body, want := buildBody(t, s, chunks...)
+			if err := want.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			for _, workers := range []int{0, 1, 2, 3, 16, -1} {
+				got, area, err := Validate(body, ValidateOptions{Expect: &want.Hash, Workers: workers})
+				if err != nil {
+					t.Fatalf("workers %d: %v", workers, err)
+				}
+				if area != len(body) {
+					t.Fatalf("area %d of %d", area, len(body))
+				}
+				assertLayoutEqual(t, got, want)
+			}
+			var leaves []hash.Leaf
+			for _, c := range chunks {
+				leaves = append(leaves, hash.Leaf{Hash: hash.Chunk(c), Size: uint64(len(c))})
+			}
+			if want.Hash != hash.Merkle(leaves) {
+				t.Fatal("builder hash differs from merkle of the chunks")
+			}
+		})
+	}
+}
+
+func TestValidateLegacyFooter(t *testing.T) {
+	body, l := buildBody(t, LZ4, mixedChunks()...)
+	for name, withFooter := range map[string][]byte{
+		"v1": AppendFooter(bytes.Clone(body), l, 42),
+		"v0": appendFooterV0(bytes.Clone(body), l),
+	} {
+		for _, workers := range []int{1, 4} {
+			got, area, err := Validate(withFooter, ValidateOptions{Expect: &l.Hash, Workers: workers})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if area != len(body) {
+				t.Fatalf("%s: area %d, want %d", name, area, len(body))
+			}
+			assertLayoutEqual(t, got, l)
+		}
+	}
+}
+
+// chunkNone serializes raw uncompressed.
+func chunkNone(raw []byte) []byte {
+	return append(ChunkHeader{CompressedLen: uint32(len(raw)), RawLen: uint32(len(raw))}.Append(nil), raw...)
+}
+
+func TestValidateErrors(t *testing.T) {
+	body, l := buildBody(t, LZ4, textLike(5000, 1), textLike(6000, 2), textLike(7000, 3))
+	good := AppendFooter(bytes.Clone(body), l, 0)
+	footer := good[len(body):]
+	mutate := func(b []byte, at int, f func([]byte)) []byte { c := bytes.Clone(b); f(c[at:]); return c }
+	otherLayout := func() []byte {
+		_, ol := buildBody(t, LZ4, textLike(5000, 1), textLike(6000, 2), textLike(7001, 3))
+		return AppendFooter(bytes.Clone(body), ol, 0)
+	}()
+
+	// 8193 one-byte chunks, and 513 chunks of 128 KiB of zeros (compressed).
+	var many []byte
+	for i := 0; i <= MaxChunks; i++ {
+		many = append(many, chunkNone([]byte{byte(i)})...)
+	}
+	var huge []byte
+	zeros, _ := AppendCompressed(nil, make([]byte, MaxChunkRaw), LZ4)
+	for i := 0; i <= MaxRawBytes/MaxChunkRaw; i++ {
+		huge = append(huge, zeros...)
+	}
+	wrongHash := hash.Chunk([]byte("nope"))
+
+	tests := []struct {
+		name   string
+		body   []byte
+		expect *hash.Hash
+		err    error
+	}{
+		{"empty", nil, nil, ErrEmpty},
+		{"footer only", footer, nil, ErrEmpty},
+		{"truncated header", body[:5], nil, ErrCorrupt},
+		{"truncated payload", body[:len(body)-1], nil, ErrCorrupt},
+		{"trailing garbage", append(bytes.Clone(body), "garbage!"...), nil, ErrCorrupt},
+		{"trailing short garbage", append(bytes.Clone(body), 0, 1, 2), nil, ErrCorrupt},
+		{"bad version", mutate(body, 0, func(b []byte) { b[0] = 1 }), nil, ErrCorrupt},
+		{"bad scheme", mutate(body, 0, func(b []byte) { b[4] = 99 }), nil, ErrCorrupt},
+		{"raw length too big", mutate(body, 0, func(b []byte) { b[7] = 3 }), nil, ErrCorrupt},
+		{"raw length off by one", mutate(body, 0, func(b []byte) { b[5]++ }), nil, ErrCorrupt},
+		{"compressed length past end", mutate(body, 0, func(b []byte) { b[3] = 2 }), nil, ErrCorrupt},
+		{"bad lz4", mutate(body, 12, func(b []byte) { b[0] ^= 0xff }), nil, ErrCorrupt},
+		{"too many chunks", many, nil, ErrTooLarge},
+		{"too many raw bytes", huge, nil, ErrTooLarge},
+		{"hash mismatch", body, &wrongHash, ErrHashMismatch},
+		{"footer truncated", good[:len(good)-1], nil, ErrCorrupt},
+		{"footer plus garbage", append(bytes.Clone(good), 0), nil, ErrCorrupt},
+		{"footer version 2", mutate(good, len(body)+7, func(b []byte) { b[0] = 2 }), nil, ErrCorrupt},
+		{"footer bad hash ident", mutate(good, len(body)+40, func(b []byte) { b[0] = 'Y' }), nil, ErrCorrupt},
+		{"footer bad count", mutate(good, len(body)+48, func(b []byte) { b[0] = 4 }), nil, ErrCorrupt},
+		{"footer wrong hash", mutate(good, len(body)+8, func(b []byte) { b[0] ^= 1 }), nil, ErrCorrupt},
+		{"footer wrong boundary", mutate(good, len(body)+52+96+12, func(b []byte) { b[0]++ }), nil, ErrCorrupt},
+		{"footer of other layout", otherLayout, nil, ErrCorrupt},
+		{"footer bad info length", mutate(good, len(good)-4, func(b []byte) { b[0]++ }), nil, ErrCorrupt},
+		{"footer huge count", mutate(good, len(body)+48, func(b []byte) { binary.LittleEndian.PutUint32(b, 1<<31) }), nil, ErrCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, workers := range []int{1, 2} {
+				l, area, err := Validate(tt.body, ValidateOptions{Expect: tt.expect, Workers: workers})
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("workers %d: err = %v, want %v", workers, err, tt.err)
+				}
+				if l != nil || area != 0 {
+					t.Fatal("result returned with an error")
+				}
+			}
+		})
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	body, l := buildBody(f, Auto, textLike(3000, 1), floatLike(2000, 2), []byte("tail"))
+	f.Add(body)
+	f.Add(AppendFooter(bytes.Clone(body), l, 7))
+	f.Add(appendFooterV0(bytes.Clone(body), l))
+	f.Add(unhex(f, "000b0000000b000068656c6c6f20776f726c64"))
+	f.Add([]byte("XETBLOB\x01"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		l1, a1, err1 := Validate(body, ValidateOptions{})
+		l2, a2, err2 := Validate(body, ValidateOptions{Workers: 3})
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("serial %v, parallel %v", err1, err2)
+		}
+		if err1 != nil {
+			if !errors.Is(err1, ErrCorrupt) && !errors.Is(err1, ErrEmpty) && !errors.Is(err1, ErrTooLarge) {
+				t.Fatalf("untyped error %v", err1)
+			}
+			return
+		}
+		if a1 != a2 || l1.Hash != l2.Hash {
+			t.Fatal("serial and parallel disagree")
+		}
+		if err := l1.Verify(); err != nil {
+			t.Fatalf("validated layout does not verify: %v", err)
+		}
+		if err := VerifyRange(body[:a1], l1, 0, uint32(l1.NumChunks())); err != nil {
+			t.Fatalf("validated body fails VerifyRange: %v", err)
+		}
+	})
+}
