@@ -189,7 +189,7 @@ func linkedFrame(flg byte) []byte {
 	f = append(f, desc...)
 	f = append(f, byte(xxh32(desc)>>8))
 	b1 := append([]byte{0xF0, 16 - 15}, "abcdefghijklmnop"...) // 16 literals, no match
-	b2 := []byte{0x08, 12, 0, 0x50, 'v', 'w', 'x', 'y', 'z'}  // match len 12 at offset 12; then 5 literals
+	b2 := []byte{0x08, 12, 0, 0x50, 'v', 'w', 'x', 'y', 'z'}   // match len 12 at offset 12; then 5 literals
 	for _, b := range [][]byte{b1, b2} {
 		f = binary.LittleEndian.AppendUint32(f, uint32(len(b)))
 		f = append(f, b...)

@@ -49,7 +49,11 @@ func TestParseObjectErrors(t *testing.T) {
 	n := 3
 	b := f + 52 + 32*n // boundary section
 	set := func(at int, v ...byte) []byte { c := bytes.Clone(obj); copy(c[at:], v); return c }
-	put := func(at int, v uint32) []byte { c := bytes.Clone(obj); binary.LittleEndian.PutUint32(c[at:], v); return c }
+	put := func(at int, v uint32) []byte {
+		c := bytes.Clone(obj)
+		binary.LittleEndian.PutUint32(c[at:], v)
+		return c
+	}
 	v0 := appendFooterV0(bytes.Clone(body), l)
 	tests := []struct {
 		name string
