@@ -1,0 +1,231 @@
+// Package index is the origin's metadata index: xorb layouts, file records, per-scope
+// visibility, shard registrations, the global-dedup table and the log of visibility revocations
+// that edges follow. Two implementations satisfy Index and pass one conformance suite
+// (index/indextest): index/postgres for production and index/sqlite for the embedded single node.
+//
+// # Schema
+//
+// Every hash is stored as its 32 raw bytes (BLOB / bytea). Each file record and each xorb
+// layout is ONE blob row, so that a file of 100,000 terms comes back in one round trip, and every
+// lookup is a primary-key probe (no query scans a table).
+//
+//	schema_version  version PK
+//
+//	xorbs           hash PK ─── stored_size, layout blob          PutXorb, Layouts, XorbSize
+//
+//	files           hash PK ─── record blob                        first registration wins
+//	                  ▲
+//	visibility      (scope, file) PK                               File(h, scope), Hide
+//
+//	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order)
+//	                  ▲
+//	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
+//
+//	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at
+//
+// There are no foreign keys: rows are content-addressed and written together in one
+// transaction, so a reference can only ever point at a row committed with it or before it.
+// Everything is immutable except visibility rows, which Hide deletes (and RegisterShard of a shard
+// under a scope adds again).
+//
+// # Concurrency
+//
+// Implementations are safe for concurrent use. Concurrent RegisterShard calls of the same or
+// overlapping shards never fail or deadlock: every insert is ON CONFLICT DO NOTHING and rows are
+// inserted table by table in one fixed order and, within a table, in ascending key order (see
+// NewBatch). A method returns only after its commit is durable.
+package index
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// Errors returned by implementations wrap one of these sentinels; test with errors.Is.
+var (
+	// ErrNotFound: no such xorb, file (or not visible in the scope asked) or dedup entry.
+	ErrNotFound = errors.New("index: not found")
+	// ErrUnavailable: the database cannot be reached or refused the work for a transient reason
+	// (connection failure, shutdown, lock time-out, closed index). The origin answers 503.
+	ErrUnavailable = errors.New("index: unavailable")
+	// ErrInvalid: the arguments are malformed (empty scope, missing record, ...). A caller bug.
+	ErrInvalid = errors.New("index: invalid argument")
+)
+
+// MaxScopeLen bounds the length of a scope (a repository name).
+const MaxScopeLen = 1024
+
+// MaxEvents is the most events one Events call returns, whatever limit it is given.
+const MaxEvents = 10000
+
+// File is one file of a shard registration: its hash and its encoded file record (the bytes of
+// recon.FileRecord.MarshalBinary). The index stores the record as given and returns it unchanged.
+type File struct {
+	Hash   hash.Hash
+	Record []byte
+}
+
+// Registration is everything one accepted shard upload adds to the index.
+type Registration struct {
+	Shard hash.Hash   // hash of the shard body
+	Scope string      // repository the uploading token was issued for
+	Files []File      // files of the shard; a file already registered keeps its first record
+	Xorbs []hash.Hash // xorbs described in the shard's xorb section, returned by DedupXorbs
+	Dedup []hash.Hash // eligible chunk hashes (xet-protocol.md §8.6), computed by the caller
+}
+
+// Event is one visibility revocation, in the order edges must apply them.
+type Event struct {
+	Seq   int64       // strictly increasing; pass the last one seen to Events
+	Scope string      // the scope that lost visibility
+	Files []hash.Hash // the files hidden, sorted; nil means every file of the scope
+	At    time.Time   // when it was recorded (informational)
+}
+
+// Index is the origin's metadata store. All methods are safe for concurrent use and return
+// errors wrapping ErrNotFound, ErrUnavailable or ErrInvalid where those apply.
+type Index interface {
+	// PutXorb records the layout of a stored xorb (the bytes of xorb.Layout.MarshalBinary) and
+	// its stored object size. It reports whether the xorb was new; a second put of the same hash
+	// keeps the first layout and returns false.
+	PutXorb(ctx context.Context, xorb hash.Hash, layout []byte, storedSize uint64) (inserted bool, err error)
+	// Layouts returns the layouts of the xorbs in hs that exist, in one round trip for up to
+	// a few hundred hashes. Missing xorbs are absent from the map; duplicates are allowed.
+	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error)
+	// XorbSize returns the stored object size of a xorb, or ErrNotFound.
+	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
+	// RegisterShard commits a registration in ONE transaction: file records, visibility of
+	// every file in r.Scope, dedup entries and the shard row. It reports whether the shard was
+	// new. Registering a known shard again (under any scope) still grants r.Scope visibility of
+	// its files and returns false.
+	RegisterShard(ctx context.Context, r *Registration) (inserted bool, err error)
+	// File returns the record of file h if it is visible in scope, in one round trip.
+	// It returns ErrNotFound both when the file is unknown and when it is not visible there.
+	File(ctx context.Context, h hash.Hash, scope string) ([]byte, error)
+	// DedupXorbs returns the xorbs of the shard that first registered chunk as a dedup entry,
+	// in that shard's order, or ErrNotFound.
+	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
+	// Hide revokes the visibility of files in scope (all of the scope's files when files is
+	// empty) and appends one Event, in one transaction. Hiding what is not visible is no error.
+	Hide(ctx context.Context, scope string, files []hash.Hash) error
+	// Events returns up to limit revocations with Seq > after, in Seq order. A limit <= 0 or
+	// above MaxEvents means MaxEvents.
+	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Close releases the database. Calls after Close fail with ErrUnavailable. Close is
+	// idempotent.
+	Close() error
+}
+
+// Batch is a Registration in the form the implementations write: every key list is sorted
+// ascending and free of duplicates, so that concurrent registrations take row locks in one
+// global order and never deadlock. Build it with NewBatch.
+type Batch struct {
+	Shard      hash.Hash
+	Scope      string
+	FileHashes []hash.Hash // sorted, unique
+	Records    [][]byte    // Records[i] is the record of FileHashes[i]
+	Dedup      []hash.Hash // sorted, unique
+	Xorbs      []byte      // the shard's xorbs, unique, in shard order, 32 bytes each
+}
+
+// NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
+// record wins.
+func NewBatch(r *Registration) (*Batch, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil registration", ErrInvalid)
+	}
+	if err := CheckScope(r.Scope); err != nil {
+		return nil, err
+	}
+	files := slices.Clone(r.Files)
+	for i, f := range files {
+		if f.Record == nil {
+			return nil, fmt.Errorf("%w: file %d (%s) of shard %s has no record", ErrInvalid, i, f.Hash, r.Shard)
+		}
+	}
+	// Stable sort keeps the first of equal hashes first; CompactFunc keeps the first of a run.
+	slices.SortStableFunc(files, func(a, b File) int { return bytes.Compare(a.Hash[:], b.Hash[:]) })
+	files = slices.CompactFunc(files, func(a, b File) bool { return a.Hash == b.Hash })
+	b := &Batch{
+		Shard:      r.Shard,
+		Scope:      r.Scope,
+		FileHashes: make([]hash.Hash, len(files)),
+		Records:    make([][]byte, len(files)),
+		Dedup:      SortedUnique(r.Dedup),
+		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
+	}
+	for i, f := range files {
+		b.FileHashes[i], b.Records[i] = f.Hash, f.Record
+	}
+	seen := make(map[hash.Hash]struct{}, len(r.Xorbs))
+	for _, x := range r.Xorbs {
+		if _, dup := seen[x]; dup {
+			continue
+		}
+		seen[x] = struct{}{}
+		b.Xorbs = append(b.Xorbs, x[:]...)
+	}
+	return b, nil
+}
+
+// CheckScope reports, wrapping ErrInvalid, whether scope is unusable (empty or longer than
+// MaxScopeLen).
+func CheckScope(scope string) error {
+	if scope == "" || len(scope) > MaxScopeLen {
+		return fmt.Errorf("%w: scope of %d bytes", ErrInvalid, len(scope))
+	}
+	return nil
+}
+
+// SortedUnique returns a sorted copy of hs without duplicates.
+func SortedUnique(hs []hash.Hash) []hash.Hash {
+	out := slices.Clone(hs)
+	slices.SortFunc(out, func(a, b hash.Hash) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(out)
+}
+
+// JoinHashes concatenates the raw bytes of hs; nil for an empty list.
+func JoinHashes(hs []hash.Hash) []byte {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]byte, 0, len(hs)*hash.Size)
+	for _, h := range hs {
+		out = append(out, h[:]...)
+	}
+	return out
+}
+
+// SplitHashes is the inverse of JoinHashes. It fails with a plain error when b is not a whole
+// number of hashes (a corrupt row).
+func SplitHashes(b []byte) ([]hash.Hash, error) {
+	if len(b)%hash.Size != 0 {
+		return nil, fmt.Errorf("index: hash list of %d bytes is not a multiple of %d", len(b), hash.Size)
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	out := make([]hash.Hash, len(b)/hash.Size)
+	for i := range out {
+		copy(out[i][:], b[i*hash.Size:])
+	}
+	return out, nil
+}
+
+// HashFromBytes converts a 32-byte key column to a Hash, failing on any other length.
+func HashFromBytes(b []byte) (hash.Hash, error) {
+	var h hash.Hash
+	if len(b) != hash.Size {
+		return h, fmt.Errorf("index: hash column of %d bytes", len(b))
+	}
+	copy(h[:], b)
+	return h, nil
+}
