@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"testing/iotest"
@@ -482,4 +484,21 @@ func FuzzBoundaries(f *testing.F) {
 			t.Fatalf("streaming (%d-byte pieces) %v, one-shot %v", int(piece)%4096+1, got, want)
 		}
 	})
+}
+
+// TestHashAllBoundedMemory checks that HashAll streams: hashing 64 MiB allocates a small,
+// fixed amount (the read buffer and the chunk list), not memory proportional to the input.
+func TestHashAllBoundedMemory(t *testing.T) {
+	const size = 64 << 20
+	src := io.LimitReader(rand.NewChaCha8([32]byte{1}), size)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	chunks, info, err := HashAll(src)
+	runtime.ReadMemStats(&after)
+	if err != nil || info.Size != size || len(chunks) < size/MaxSize {
+		t.Fatalf("HashAll: %v, size %d, %d chunks", err, info.Size, len(chunks))
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Fatalf("hashing %d bytes allocated %d bytes", size, alloc)
+	}
 }
