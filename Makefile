@@ -1,0 +1,119 @@
+# xetcdn — `make help` lists the targets.
+#
+#   make run                   origin (+ edge once cmd/xet-edge exists) on embedded defaults
+#   make test                  test services, lint, check-edge-deps, then every package's tests
+#   make fuzz FUZZTIME=30s     every Fuzz target, FUZZTIME each
+#   make bench BENCH=. BENCHTIME=200ms COUNT=1 PKG=./...
+#
+# Variables worth overriding: RACE (set RACE= to test without the race detector),
+# TEST_TIMEOUT, TEST_FLAGS (extra `go test` flags, e.g. -short), PKG.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(dir $(GO)):$(PATH)
+export GOFLAGS ?= -buildvcs=false
+
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck
+STATICCHECK_VERSION := v0.8.2
+GOTESTSUM := gotest.tools/gotestsum
+GOTESTSUM_VERSION := v1.13.0
+
+PKG ?= ./...
+# The race detector multiplies CPU time; on 2 cores it still fits the CI budget.
+RACE ?= -race
+# Per test binary. A package that needs longer is doing too much in one test binary.
+TEST_TIMEOUT ?= 15m
+TEST_FLAGS ?=
+FUZZTIME ?= 10s
+BENCH ?= .
+BENCHTIME ?= 200ms
+COUNT ?= 1
+
+# Modules the edge binary must never link (ARCHITECTURE.md §1).
+EDGE_FORBIDDEN := github.com/jackc/pgx|github.com/lib/pq|github.com/minio/minio-go|modernc.org/sqlite|github.com/mattn/go-sqlite3
+
+.PHONY: help build run test go-test lint fmt-check vet staticcheck check-edge-deps fuzz bench \
+	services services-stop services-status clean
+
+help:
+	@echo "make run          run xetcdn on embedded defaults (origin, and edge once it exists)"
+	@echo "make test         start test services, lint, check-edge-deps, go test $(RACE) $(PKG)"
+	@echo "make build        build every binary into bin/"
+	@echo "make lint         gofmt -l, go vet, staticcheck $(STATICCHECK_VERSION)"
+	@echo "make check-edge-deps  fail if cmd/xet-edge links pgx, minio-go or sqlite"
+	@echo "make fuzz         every Fuzz target for FUZZTIME=$(FUZZTIME)"
+	@echo "make bench        benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME) COUNT=$(COUNT) PKG=$(PKG))"
+	@echo "make services / services-stop / services-status   the integration test services"
+
+# Every main package of the module, one binary each, named after its directory.
+build:
+	@mkdir -p bin
+	@mains=$$($(GO) list -e -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '^$$' || true); \
+	if [ -z "$$mains" ]; then echo "build: no main packages yet"; exit 0; fi; \
+	$(GO) build -o bin/ $$mains; \
+	echo "build: $$(cd bin && ls | tr '\n' ' ')"
+
+run: build
+	@scripts/run.sh
+
+services:
+	@scripts/services.sh start
+
+services-stop:
+	@scripts/services.sh stop
+
+services-status:
+	@scripts/services.sh status
+
+# Lint and the edge dependency check run before the tests; when they fail the tests still run
+# (so one report shows everything) and make test fails at the end. The test runner's summary
+# stays the last thing printed.
+test: services
+	@status=0; \
+	$(MAKE) --no-print-directory lint || { status=1; echo "test: LINT FAILED (see above); make test will fail"; }; \
+	$(MAKE) --no-print-directory check-edge-deps || { status=1; echo "test: CHECK-EDGE-DEPS FAILED (see above); make test will fail"; }; \
+	$(MAKE) --no-print-directory go-test || status=1; \
+	exit $$status
+
+# The tests alone, against the services already started (make services).
+go-test:
+	@gotestsum=$$(scripts/gotool.sh $(GOTESTSUM) $(GOTESTSUM_VERSION)); \
+	if [ -f .cache/testenv.sh ]; then . .cache/testenv.sh; fi; \
+	mkdir -p .cache; \
+	"$$gotestsum" --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile .cache/test.json -- \
+		$(RACE) -timeout=$(TEST_TIMEOUT) $(TEST_FLAGS) $(PKG)
+
+lint: fmt-check vet staticcheck
+
+fmt-check:
+	@files=$$(find . -name '*.go' -not -path './.*' -not -path '*/node_modules/*' -not -path '*/testdata/*' -print | xargs -r gofmt -l); \
+	if [ -n "$$files" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$files"; exit 1; fi; \
+	echo "lint: gofmt ok"
+
+vet:
+	@$(GO) vet $(PKG) && echo "lint: go vet ok"
+
+staticcheck:
+	@sc=$$(scripts/gotool.sh $(STATICCHECK) $(STATICCHECK_VERSION)); \
+	"$$sc" $(PKG) && echo "lint: staticcheck ok"
+
+check-edge-deps:
+	@if [ "$$($(GO) list -e -f '{{.Name}}' ./cmd/xet-edge 2>/dev/null)" != main ]; then \
+		echo "check-edge-deps: cmd/xet-edge has no main package yet (passes vacuously)"; exit 0; fi; \
+	deps=$$($(GO) list -deps ./cmd/xet-edge); \
+	bad=$$(grep -E '^($(EDGE_FORBIDDEN))(/|$$)' <<<"$$deps" || true); \
+	if [ -n "$$bad" ]; then echo "check-edge-deps: cmd/xet-edge links forbidden packages:"; echo "$$bad"; exit 1; fi; \
+	echo "check-edge-deps: ok ($$(wc -l <<<"$$deps") packages, none of pgx/minio-go/sqlite)"
+
+fuzz:
+	@scripts/fuzz.sh "$(FUZZTIME)" $(PKG)
+
+bench: services
+	@. .cache/testenv.sh; \
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(COUNT) -benchmem $(PKG)
+
+clean:
+	rm -rf bin .cache/test.json

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run.sh — run xetcdn on its embedded defaults (what `make run` does after `make build`):
+# the origin (SQLite index + local-disk objects under .cache/run/origin) and, once the
+# cmd/xet-edge binary exists, an edge in front of it. Ctrl-C stops both.
+#
+# Overrides (environment): XETCDN_RUN_DIR, ORIGIN_LISTEN, ORIGIN_ADMIN_LISTEN, EDGE_LISTEN,
+# EDGE_HTTP_LISTEN, EDGE_TOKEN_TTL. Everything listens on loopback unless you say otherwise.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/bin
+DATA=${XETCDN_RUN_DIR:-$ROOT/.cache/run}
+ORIGIN_LISTEN=${ORIGIN_LISTEN:-127.0.0.1:8080}
+ORIGIN_ADMIN_LISTEN=${ORIGIN_ADMIN_LISTEN:-127.0.0.1:9080}
+EDGE_LISTEN=${EDGE_LISTEN:-127.0.0.1:8443}
+EDGE_HTTP_LISTEN=${EDGE_HTTP_LISTEN:-127.0.0.1:8081}
+EDGE_TOKEN_TTL=${EDGE_TOKEN_TTL:-720h}
+WAIT_SECONDS=60
+
+log() { printf 'run: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ -x "$BIN/xet-origin" ] || die "bin/xet-origin is missing: run \`make build\` (does cmd/xet-origin have a main yet?)"
+
+pids=()
+stop() {
+	trap - EXIT INT TERM
+	local p
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+healthy() { curl -fsS -o /dev/null --max-time 2 "$1"; }
+
+# wait_healthy URL PID: poll URL until it answers 2xx; fail if PID exits or the wait runs out.
+wait_healthy() {
+	local deadline=$((SECONDS + WAIT_SECONDS))
+	until healthy "$1" 2>/dev/null; do
+		kill -0 "$2" 2>/dev/null || die "process $2 exited before $1 answered"
+		[ "$SECONDS" -lt "$deadline" ] || die "$1 did not answer within ${WAIT_SECONDS}s"
+		sleep 0.25
+	done
+}
+
+mkdir -p "$DATA/origin"
+"$BIN/xet-origin" --data-dir "$DATA/origin" --listen "$ORIGIN_LISTEN" --admin-listen "$ORIGIN_ADMIN_LISTEN" &
+pids+=($!)
+wait_healthy "http://$ORIGIN_LISTEN/healthz" "${pids[0]}"
+log "origin: http://$ORIGIN_LISTEN (admin: http://$ORIGIN_ADMIN_LISTEN, data: $DATA/origin)"
+
+if [ -x "$BIN/xet-edge" ]; then
+	mkdir -p "$DATA/edge"
+	token=$("$BIN/xet-origin" token --data-dir "$DATA/origin" --scope edge --access edge --ttl "$EDGE_TOKEN_TTL")
+	"$BIN/xet-edge" --origin "http://$ORIGIN_LISTEN" --origin-token "$token" --data-dir "$DATA/edge" \
+		--listen "$EDGE_LISTEN" --http-listen "$EDGE_HTTP_LISTEN" &
+	pids+=($!)
+	wait_healthy "http://$EDGE_HTTP_LISTEN/healthz" "${pids[1]}"
+	log "edge:   https://$EDGE_LISTEN (self-signed; plain HTTP: http://$EDGE_HTTP_LISTEN)"
+else
+	log "edge:   not built yet (no bin/xet-edge); running the origin alone"
+fi
+log "tokens: $BIN/xet-origin token --data-dir $DATA/origin --scope models/acme/demo --access write"
+log "Ctrl-C stops everything"
+wait -n
