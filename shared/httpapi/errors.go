@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -59,6 +62,10 @@ func sharedRules() []Rule {
 		{shard.ErrCorrupt, http.StatusBadRequest, "bad_shard"},
 		{shard.ErrInvalid, http.StatusBadRequest, "bad_shard"},
 		{hash.ErrSyntax, http.StatusBadRequest, "bad_hash"},
+		{urlsign.ErrDenied, http.StatusForbidden, "transfer_denied"},
+		{httprange.ErrSyntax, http.StatusRequestedRangeNotSatisfiable, "bad_range"},
+		{httprange.ErrUnsatisfiable, http.StatusRequestedRangeNotSatisfiable, "range_not_satisfiable"},
+		{recon.ErrRangeNotSatisfiable, http.StatusRequestedRangeNotSatisfiable, "range_not_satisfiable"},
 		{ErrBadRequest, http.StatusBadRequest, "bad_request"},
 		{ErrNotFound, http.StatusNotFound, "not_found"},
 		{ErrMethod, http.StatusMethodNotAllowed, "method_not_allowed"},

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -43,6 +46,9 @@ func TestStatus(t *testing.T) {
 		{auth.ErrBadSignature, 401, "unauthorized"},
 		{auth.ErrInsufficient, 403, "forbidden"},
 		{ErrNotFound, 404, "not_found"},
+		{urlsign.ErrExpired, 403, "transfer_denied"},
+		{httprange.ErrTooMany, 416, "bad_range"},
+		{fmt.Errorf("%w: %w", recon.ErrRangeNotSatisfiable, httprange.ErrUnsatisfiable), 416, "range_not_satisfiable"},
 		{ErrTimeout, 408, "too_slow"},
 		{ErrTooLarge, 413, "too_large"},
 		{&http.MaxBytesError{Limit: 1}, 413, "too_large"},

@@ -1,0 +1,188 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// MaxXorbBody is the largest xorb upload body accepted: 64 MiB of raw chunk bytes (a
+// compressed chunk is never larger than its raw form), a header per chunk, and a legacy v1
+// footer with its length.
+const MaxXorbBody = xorb.MaxRawBytes + xorb.HeaderSize*xorb.MaxChunks + 92 + 40*xorb.MaxChunks + 4
+
+// DefaultMaxChunkRefs bounds the chunks all terms of one shard may cover together. Checking a
+// term costs work per chunk (verification and file hashes), so a small body must not buy
+// unbounded work; 1<<23 chunks is about 512 GiB of file content per shard.
+const DefaultMaxChunkRefs = 1 << 23
+
+// layoutBatch is how many layouts one index round trip asks for.
+const layoutBatch = 256
+
+// Options configure a Service.
+type Options struct {
+	Index   Index
+	Objects Objects
+	// Workers is the number of goroutines validating one xorb (xorb.ValidateOptions.Workers).
+	Workers int
+	// MaxChunkRefs bounds the chunks covered by a shard's terms; 0 = DefaultMaxChunkRefs.
+	MaxChunkRefs int
+	// AllowNoVerification accepts shards whose files lack verification entries (lenient mode
+	// for old clients; the spec requires them).
+	AllowNoVerification bool
+	// Registerer receives the ingest metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+// Service validates and stores uploads. It is safe for concurrent use.
+type Service struct {
+	idx          Index
+	objs         Objects
+	workers      int
+	maxChunkRefs int
+	lenient      bool
+
+	validation *prometheus.HistogramVec
+	bytesIn    *prometheus.CounterVec
+	xorbs      *prometheus.CounterVec
+	shards     *prometheus.CounterVec
+}
+
+// New builds a Service.
+func New(o Options) *Service {
+	s := &Service{idx: o.Index, objs: o.Objects, workers: o.Workers, maxChunkRefs: o.MaxChunkRefs,
+		lenient: o.AllowNoVerification}
+	if s.maxChunkRefs <= 0 {
+		s.maxChunkRefs = DefaultMaxChunkRefs
+	}
+	s.validation = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "xet_origin_ingest_validation_seconds",
+		Help:    "Time spent validating uploads, by kind (xorb, shard).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"kind"})
+	s.bytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xet_origin_ingest_bytes_total",
+		Help: "Bytes of accepted uploads, by kind (xorb, shard).",
+	}, []string{"kind"})
+	s.xorbs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xet_origin_ingest_xorbs_total",
+		Help: "Xorb uploads by result (inserted, existing, rejected).",
+	}, []string{"result"})
+	s.shards = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xet_origin_shard_registrations_total",
+		Help: "Shard uploads by result (inserted, existing, rejected).",
+	}, []string{"result"})
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(s.validation, s.bytesIn, s.xorbs, s.shards)
+	}
+	return s
+}
+
+// PutXorb validates body as the xorb h (xet-protocol.md §7.4) and stores it: the chunk area
+// plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
+// xorb was new; a xorb the index already has is not rewritten. Errors wrap ErrBadPrefix, the
+// xorb package's sentinels (bad body, ErrHashMismatch, ErrTooLarge), or the store's and index's.
+func (s *Service) PutXorb(ctx context.Context, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
+	defer func() { s.count(s.xorbs, inserted, err) }()
+	if prefix != Prefix {
+		return false, fmt.Errorf("%w: %q", ErrBadPrefix, prefix)
+	}
+	start := time.Now()
+	l, area, err := xorb.Validate(body, xorb.ValidateOptions{Expect: &h, Workers: s.workers})
+	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return false, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	if _, err := s.idx.XorbSize(ctx, h); err == nil {
+		return false, nil
+	} else if !errors.Is(err, index.ErrNotFound) {
+		return false, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	footer := xorb.AppendFooter(nil, l, 0)
+	size := int64(area + len(footer))
+	obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
+	if err := s.objs.Put(ctx, XorbKey(h), obj, size); err != nil {
+		return false, fmt.Errorf("store xorb %s: %w", h, err)
+	}
+	ins, err := s.idx.PutXorb(ctx, l, uint64(size))
+	if err != nil {
+		return false, fmt.Errorf("index xorb %s: %w", h, err)
+	}
+	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
+	return ins, nil
+}
+
+func (s *Service) count(c *prometheus.CounterVec, inserted bool, err error) {
+	switch {
+	case err != nil:
+		c.WithLabelValues("rejected").Inc()
+	case inserted:
+		c.WithLabelValues("inserted").Inc()
+	default:
+		c.WithLabelValues("existing").Inc()
+	}
+}
+
+// Stage names reported through Progress, as the /v2/shards NDJSON frames name them.
+const (
+	StageValidating = "validating"
+	StageUploading  = "uploading" // storing the shard object
+	StageSyncing    = "syncing"   // committing the registration
+)
+
+// Progress is a step of a shard upload, reported while RegisterShard runs.
+type Progress struct {
+	Stage           string
+	Verified, Total uint64 // terms checked so far / in all; only for StageValidating
+}
+
+// RegisterShard checks an uploaded shard (xet-protocol.md §8.5, checks 1–7) and registers its
+// files as visible in scope: the shard body is stored under ShardKey, then files, visibility,
+// dedup entries and the shard row are committed in one index transaction. It reports whether the
+// shard was new. progress (may be nil) is called from this goroutine as the work advances.
+//
+// Errors wrap shard.ErrCorrupt/ErrTooLarge (body), ErrMissingXorb, ErrRejected, or the store's
+// and index's sentinels. Nothing is registered when an error is returned.
+func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, progress func(Progress)) (inserted bool, err error) {
+	defer func() { s.count(s.shards, inserted, err) }()
+	if progress == nil {
+		progress = func(Progress) {}
+	}
+	start := time.Now()
+	sh, err := shard.Parse(body)
+	if err != nil {
+		return false, err
+	}
+	files, err := s.check(ctx, sh, progress)
+	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return false, err
+	}
+	h := hash.Chunk(body)
+	progress(Progress{Stage: StageUploading})
+	if err := s.objs.Put(ctx, ShardKey(h), bytes.NewReader(body), int64(len(body))); err != nil {
+		return false, fmt.Errorf("store shard %s: %w", h, err)
+	}
+	progress(Progress{Stage: StageSyncing})
+	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: shard.EligibleChunks(sh)}
+	reg.Xorbs = make([]hash.Hash, len(sh.Xorbs))
+	for i := range sh.Xorbs {
+		reg.Xorbs[i] = sh.Xorbs[i].Hash
+	}
+	ins, err := s.idx.RegisterShard(ctx, reg)
+	if err != nil {
+		return false, fmt.Errorf("register shard %s: %w", h, err)
+	}
+	s.bytesIn.WithLabelValues("shard").Add(float64(len(body)))
+	return ins, nil
+}
