@@ -44,7 +44,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // Errors returned by implementations wrap one of these sentinels; test with errors.Is.
@@ -64,20 +66,13 @@ const MaxScopeLen = 1024
 // MaxEvents is the most events one Events call returns, whatever limit it is given.
 const MaxEvents = 10000
 
-// File is one file of a shard registration: its hash and its encoded file record (the bytes of
-// recon.FileRecord.MarshalBinary). The index stores the record as given and returns it unchanged.
-type File struct {
-	Hash   hash.Hash
-	Record []byte
-}
-
 // Registration is everything one accepted shard upload adds to the index.
 type Registration struct {
-	Shard hash.Hash   // hash of the shard body
-	Scope string      // repository the uploading token was issued for
-	Files []File      // files of the shard; a file already registered keeps its first record
-	Xorbs []hash.Hash // xorbs described in the shard's xorb section, returned by DedupXorbs
-	Dedup []hash.Hash // eligible chunk hashes (xet-protocol.md §8.6), computed by the caller
+	Shard hash.Hash           // hash of the shard body
+	Scope string              // repository the uploading token was issued for
+	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
+	Xorbs []hash.Hash         // xorbs described in the shard's xorb section, returned by DedupXorbs
+	Dedup []hash.Hash         // eligible chunk hashes (xet-protocol.md §8.6), computed by the caller
 }
 
 // Event is one visibility revocation, in the order edges must apply them.
@@ -89,15 +84,16 @@ type Event struct {
 }
 
 // Index is the origin's metadata store. All methods are safe for concurrent use and return
-// errors wrapping ErrNotFound, ErrUnavailable or ErrInvalid where those apply.
+// errors wrapping ErrNotFound, ErrUnavailable or ErrInvalid where those apply. Values returned
+// are freshly decoded: the caller owns them.
 type Index interface {
-	// PutXorb records the layout of a stored xorb (the bytes of xorb.Layout.MarshalBinary) and
-	// its stored object size. It reports whether the xorb was new; a second put of the same hash
-	// keeps the first layout and returns false.
-	PutXorb(ctx context.Context, xorb hash.Hash, layout []byte, storedSize uint64) (inserted bool, err error)
-	// Layouts returns the layouts of the xorbs in hs that exist, in one round trip for up to
-	// a few hundred hashes. Missing xorbs are absent from the map; duplicates are allowed.
-	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error)
+	// PutXorb records the layout of a stored xorb and its stored object size. It reports
+	// whether the xorb was new; a second put of the same hash keeps the first layout and size
+	// and returns false.
+	PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (inserted bool, err error)
+	// Layouts returns the layouts of the xorbs in hs that exist, in one round trip (for up to
+	// a few hundred hashes). Missing xorbs are absent from the map; duplicates are allowed.
+	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 	// XorbSize returns the stored object size of a xorb, or ErrNotFound.
 	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
 	// RegisterShard commits a registration in ONE transaction: file records, visibility of
@@ -107,7 +103,7 @@ type Index interface {
 	RegisterShard(ctx context.Context, r *Registration) (inserted bool, err error)
 	// File returns the record of file h if it is visible in scope, in one round trip.
 	// It returns ErrNotFound both when the file is unknown and when it is not visible there.
-	File(ctx context.Context, h hash.Hash, scope string) ([]byte, error)
+	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
 	// DedupXorbs returns the xorbs of the shard that first registered chunk as a dedup entry,
 	// in that shard's order, or ErrNotFound.
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
@@ -124,6 +120,55 @@ type Index interface {
 	Close() error
 }
 
+// Raw is implemented by both implementations beside Index: the same lookups, answered with the
+// stored encodings (recon.FileRecord.MarshalBinary, xorb.Layout.MarshalBinary) undecoded, for
+// the origin's internal API that ships them to edges as they are. The bytes are not verified.
+type Raw interface {
+	FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error)
+	LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error)
+}
+
+// DecodeFile decodes the stored record of file h. A record that does not decode, or names
+// another file, is reported as a plain error (a corrupt row, not a caller mistake).
+func DecodeFile(h hash.Hash, b []byte) (*recon.FileRecord, error) {
+	rec, err := recon.UnmarshalFileRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("index: stored record of %s: %w", h, err)
+	}
+	if rec.Hash != h {
+		return nil, fmt.Errorf("index: stored record of %s names file %s", h, rec.Hash)
+	}
+	return rec, nil
+}
+
+// DecodeLayouts decodes stored layouts, checking that each describes the xorb it is keyed by.
+func DecodeLayouts(m map[hash.Hash][]byte) (map[hash.Hash]*xorb.Layout, error) {
+	out := make(map[hash.Hash]*xorb.Layout, len(m))
+	for h, b := range m {
+		l, err := xorb.UnmarshalLayout(b)
+		if err != nil {
+			return nil, fmt.Errorf("index: stored layout of %s: %w", h, err)
+		}
+		if l.Hash != h {
+			return nil, fmt.Errorf("index: stored layout of %s names xorb %s", h, l.Hash)
+		}
+		out[h] = l
+	}
+	return out, nil
+}
+
+// EncodeLayout encodes l for PutXorb, wrapping encoding failures in ErrInvalid.
+func EncodeLayout(l *xorb.Layout) ([]byte, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil layout", ErrInvalid)
+	}
+	b, err := l.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("%w: layout of %s: %w", ErrInvalid, l.Hash, err)
+	}
+	return b, nil
+}
+
 // Batch is a Registration in the form the implementations write: every key list is sorted
 // ascending and free of duplicates, so that concurrent registrations take row locks in one
 // global order and never deadlock. Build it with NewBatch.
@@ -131,7 +176,7 @@ type Batch struct {
 	Shard      hash.Hash
 	Scope      string
 	FileHashes []hash.Hash // sorted, unique
-	Records    [][]byte    // Records[i] is the record of FileHashes[i]
+	Records    [][]byte    // Records[i] is the encoded record of FileHashes[i]
 	Dedup      []hash.Hash // sorted, unique
 	Xorbs      []byte      // the shard's xorbs, unique, in shard order, 32 bytes each
 }
@@ -147,13 +192,13 @@ func NewBatch(r *Registration) (*Batch, error) {
 	}
 	files := slices.Clone(r.Files)
 	for i, f := range files {
-		if f.Record == nil {
-			return nil, fmt.Errorf("%w: file %d (%s) of shard %s has no record", ErrInvalid, i, f.Hash, r.Shard)
+		if f == nil {
+			return nil, fmt.Errorf("%w: file %d of shard %s is nil", ErrInvalid, i, r.Shard)
 		}
 	}
 	// Stable sort keeps the first of equal hashes first; CompactFunc keeps the first of a run.
-	slices.SortStableFunc(files, func(a, b File) int { return bytes.Compare(a.Hash[:], b.Hash[:]) })
-	files = slices.CompactFunc(files, func(a, b File) bool { return a.Hash == b.Hash })
+	slices.SortStableFunc(files, func(a, b *recon.FileRecord) int { return bytes.Compare(a.Hash[:], b.Hash[:]) })
+	files = slices.CompactFunc(files, func(a, b *recon.FileRecord) bool { return a.Hash == b.Hash })
 	b := &Batch{
 		Shard:      r.Shard,
 		Scope:      r.Scope,
@@ -163,7 +208,11 @@ func NewBatch(r *Registration) (*Batch, error) {
 		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
 	}
 	for i, f := range files {
-		b.FileHashes[i], b.Records[i] = f.Hash, f.Record
+		rec, err := f.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("%w: file %s of shard %s: %w", ErrInvalid, f.Hash, r.Shard, err)
+		}
+		b.FileHashes[i], b.Records[i] = f.Hash, rec
 	}
 	seen := make(map[hash.Hash]struct{}, len(r.Xorbs))
 	for _, x := range r.Xorbs {

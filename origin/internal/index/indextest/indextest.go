@@ -16,7 +16,9 @@ import (
 	"testing"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // Opener returns a fresh, empty index for the test t.
@@ -51,12 +53,14 @@ func Run(t *testing.T, open Opener) {
 	}
 }
 
-// gen makes deterministic test values.
-type gen struct{ r *rand.Rand }
+// Gen makes deterministic, valid test values (also for benchmarks and load tools).
+type Gen struct{ r *rand.Rand }
 
-func newGen(seed uint64) *gen { return &gen{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))} }
+// NewGen returns a generator whose values are a function of seed.
+func NewGen(seed uint64) *Gen { return &Gen{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))} }
 
-func (g *gen) hash() hash.Hash {
+// Hash returns a random hash.
+func (g *Gen) Hash() hash.Hash {
 	var h hash.Hash
 	for i := 0; i < hash.Size; i += 8 {
 		v := g.r.Uint64()
@@ -67,30 +71,78 @@ func (g *gen) hash() hash.Hash {
 	return h
 }
 
-func (g *gen) hashes(n int) []hash.Hash {
+// Hashes returns n random hashes.
+func (g *Gen) Hashes(n int) []hash.Hash {
 	out := make([]hash.Hash, n)
 	for i := range out {
-		out[i] = g.hash()
+		out[i] = g.Hash()
 	}
 	return out
 }
 
-func (g *gen) bytes(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(g.r.Uint32())
+// Layout makes a valid layout of n chunks (its hash is the merkle hash of its chunks).
+func (g *Gen) Layout(n int) *xorb.Layout {
+	l := &xorb.Layout{ChunkHashes: g.Hashes(n), StoredEnds: make([]uint32, n), RawEnds: make([]uint32, n)}
+	leaves := make([]hash.Leaf, n)
+	var stored, raw uint32
+	for i := range n {
+		size := uint32(1 + g.r.IntN(8<<10))
+		raw += size
+		stored += xorb.HeaderSize + uint32(1+g.r.IntN(int(size)))
+		l.StoredEnds[i], l.RawEnds[i] = stored, raw
+		leaves[i] = hash.Leaf{Hash: l.ChunkHashes[i], Size: uint64(size)}
 	}
-	return b
+	l.Hash = hash.Merkle(leaves)
+	return l
 }
 
-// registration makes a shard of nFiles files, each with its own record, describing nXorbs
+// Record makes a valid file record of n terms over a handful of xorbs.
+func (g *Gen) Record(n int) *recon.FileRecord {
+	f := &recon.FileRecord{Hash: g.Hash(), Terms: make([]recon.Term, n)}
+	if g.r.IntN(2) == 0 {
+		s := g.Hash()
+		f.SHA256 = &s
+	}
+	xorbs := g.Hashes(1 + min(n, 50))
+	for i := range f.Terms {
+		start := uint32(g.r.IntN(8000))
+		end := start + 1 + uint32(g.r.IntN(100))
+		bs := uint32(g.r.IntN(60 << 20))
+		t := recon.Term{Xorb: xorbs[g.r.IntN(len(xorbs))], Start: start, End: end,
+			RawBytes: 1 + uint32(g.r.IntN(1<<20)), ByteStart: bs, ByteEnd: bs + 8*(end-start) + uint32(g.r.IntN(1<<20))}
+		f.Terms[i] = t
+		f.Size += uint64(t.RawBytes)
+	}
+	return f
+}
+
+// Registration makes a shard of nFiles files, each with its own record, describing nXorbs
 // xorbs and nDedup dedup chunks.
-func (g *gen) registration(scope string, nFiles, nXorbs, nDedup int) *index.Registration {
-	r := &index.Registration{Shard: g.hash(), Scope: scope, Xorbs: g.hashes(nXorbs), Dedup: g.hashes(nDedup)}
+func (g *Gen) Registration(scope string, nFiles, nXorbs, nDedup int) *index.Registration {
+	r := &index.Registration{Shard: g.Hash(), Scope: scope, Xorbs: g.Hashes(nXorbs), Dedup: g.Hashes(nDedup)}
 	for range nFiles {
-		r.Files = append(r.Files, index.File{Hash: g.hash(), Record: g.bytes(40 + g.r.IntN(200))})
+		r.Files = append(r.Files, g.Record(1+g.r.IntN(8)))
 	}
 	return r
+}
+
+// sameRecord reports whether two records are equal field by field (nil and empty term lists
+// are the same).
+func sameRecord(a, b *recon.FileRecord) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Hash == b.Hash && a.Size == b.Size && slices.Equal(a.Terms, b.Terms) &&
+		(a.SHA256 == nil) == (b.SHA256 == nil) && (a.SHA256 == nil || *a.SHA256 == *b.SHA256)
+}
+
+// sameLayout reports whether two layouts are equal.
+func sameLayout(a, b *xorb.Layout) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Hash == b.Hash && slices.Equal(a.ChunkHashes, b.ChunkHashes) &&
+		slices.Equal(a.StoredEnds, b.StoredEnds) && slices.Equal(a.RawEnds, b.RawEnds)
 }
 
 func ctxOf(t *testing.T) context.Context { return t.Context() }
@@ -106,15 +158,26 @@ func mustRegister(t *testing.T, ix index.Index, r *index.Registration, want bool
 	}
 }
 
-// wantFile checks that file f is readable in scope with exactly the record rec.
-func wantFile(t *testing.T, ix index.Index, f hash.Hash, scope string, rec []byte) {
+// wantFile checks that file rec.Hash is readable in scope with exactly the record rec.
+func wantFile(t *testing.T, ix index.Index, rec *recon.FileRecord, scope string) {
 	t.Helper()
-	got, err := ix.File(ctxOf(t), f, scope)
+	got, err := ix.File(ctxOf(t), rec.Hash, scope)
 	if err != nil {
-		t.Fatalf("File(%s, %q): %v", f, scope, err)
+		t.Fatalf("File(%s, %q): %v", rec.Hash, scope, err)
 	}
-	if !bytes.Equal(got, rec) {
-		t.Fatalf("File(%s, %q) = %d bytes, want the %d registered", f, scope, len(got), len(rec))
+	if !sameRecord(got, rec) {
+		t.Fatalf("File(%s, %q) returned a record of %d terms, size %d; want the registered one of %d terms, size %d",
+			rec.Hash, scope, len(got.Terms), got.Size, len(rec.Terms), rec.Size)
+	}
+	if raw, ok := ix.(index.Raw); ok {
+		b, err := raw.FileBytes(ctxOf(t), rec.Hash, scope)
+		if err != nil {
+			t.Fatalf("FileBytes(%s, %q): %v", rec.Hash, scope, err)
+		}
+		want, _ := rec.MarshalBinary()
+		if !bytes.Equal(b, want) {
+			t.Fatalf("FileBytes(%s, %q) differs from the record's encoding", rec.Hash, scope)
+		}
 	}
 }
 
@@ -123,41 +186,48 @@ func wantHidden(t *testing.T, ix index.Index, f hash.Hash, scope string) {
 	t.Helper()
 	got, err := ix.File(ctxOf(t), f, scope)
 	if !errors.Is(err, index.ErrNotFound) {
-		t.Fatalf("File(%s, %q) = %d bytes, %v; want ErrNotFound", f, scope, len(got), err)
+		t.Fatalf("File(%s, %q) = %v, %v; want ErrNotFound", f, scope, got, err)
+	}
+	if raw, ok := ix.(index.Raw); ok {
+		if b, err := raw.FileBytes(ctxOf(t), f, scope); !errors.Is(err, index.ErrNotFound) {
+			t.Fatalf("FileBytes(%s, %q) = %d bytes, %v; want ErrNotFound", f, scope, len(b), err)
+		}
 	}
 }
 
 func testLayouts(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(1)
-	type xorb struct {
-		h      hash.Hash
-		layout []byte
-		size   uint64
+	g := NewGen(1)
+	type stored struct {
+		l    *xorb.Layout
+		size uint64
 	}
-	var xs []xorb
-	for i := range 20 {
-		// Sizes cover a one-chunk layout up to a full 8192-chunk one (40 bytes a chunk).
-		n := []int{40, 400, 8192 * 40}[i%3]
-		xs = append(xs, xorb{g.hash(), g.bytes(n), uint64(1000 + g.r.IntN(64<<20))})
+	var xs []stored
+	for i := range 12 {
+		// From a one-chunk layout up to a full one.
+		n := []int{1, 10, xorb.MaxChunks}[i%3]
+		xs = append(xs, stored{g.Layout(n), uint64(1000 + g.r.IntN(64<<20))})
 	}
 	for _, x := range xs {
-		ins, err := ix.PutXorb(ctx, x.h, x.layout, x.size)
+		ins, err := ix.PutXorb(ctx, x.l, x.size)
 		if err != nil || !ins {
-			t.Fatalf("PutXorb(%s) = %v, %v; want inserted", x.h, ins, err)
+			t.Fatalf("PutXorb(%s) = %v, %v; want inserted", x.l.Hash, ins, err)
 		}
 	}
-	// A second put is not an insert and does not replace the layout or size.
-	ins, err := ix.PutXorb(ctx, xs[0].h, g.bytes(80), 7)
+	// A second put is not an insert and replaces neither the layout nor the size.
+	again := *xs[0].l
+	again.StoredEnds = slices.Clone(again.StoredEnds)
+	again.StoredEnds[0]++
+	ins, err := ix.PutXorb(ctx, &again, 7)
 	if err != nil || ins {
 		t.Fatalf("second PutXorb = %v, %v; want not inserted, no error", ins, err)
 	}
-	missing := g.hashes(3)
+	missing := g.Hashes(3)
 	ask := []hash.Hash{missing[0]}
 	for _, x := range xs {
-		ask = append(ask, x.h)
+		ask = append(ask, x.l.Hash)
 	}
-	ask = append(ask, xs[3].h, missing[1]) // a duplicate and another missing one
+	ask = append(ask, xs[3].l.Hash, missing[1]) // a duplicate and another missing one
 	got, err := ix.Layouts(ctx, ask)
 	if err != nil {
 		t.Fatalf("Layouts: %v", err)
@@ -166,12 +236,12 @@ func testLayouts(t *testing.T, ix index.Index) {
 		t.Fatalf("Layouts returned %d entries, want %d", len(got), len(xs))
 	}
 	for _, x := range xs {
-		if !bytes.Equal(got[x.h], x.layout) {
-			t.Errorf("layout of %s: got %d bytes, want the %d put first", x.h, len(got[x.h]), len(x.layout))
+		if !sameLayout(got[x.l.Hash], x.l) {
+			t.Errorf("layout of %s differs from the one put first", x.l.Hash)
 		}
-		size, err := ix.XorbSize(ctx, x.h)
+		size, err := ix.XorbSize(ctx, x.l.Hash)
 		if err != nil || size != x.size {
-			t.Errorf("XorbSize(%s) = %d, %v; want %d", x.h, size, err, x.size)
+			t.Errorf("XorbSize(%s) = %d, %v; want %d", x.l.Hash, size, err, x.size)
 		}
 	}
 	for _, m := range missing {
@@ -186,11 +256,18 @@ func testLayouts(t *testing.T, ix index.Index) {
 		t.Errorf("Layouts(nil) = %d entries, %v; want none", len(got), err)
 	}
 	// Many hashes at once (more than one batch of any sane IN list).
-	many := g.hashes(1200)
-	many = append(many, xs[5].h)
+	many := g.Hashes(1200)
+	many = append(many, xs[5].l.Hash)
 	got, err = ix.Layouts(ctx, many)
-	if err != nil || len(got) != 1 || !bytes.Equal(got[xs[5].h], xs[5].layout) {
+	if err != nil || len(got) != 1 || !sameLayout(got[xs[5].l.Hash], xs[5].l) {
 		t.Errorf("Layouts(1201 hashes) = %d entries, %v; want exactly xorb 5", len(got), err)
+	}
+	if raw, ok := ix.(index.Raw); ok {
+		m, err := raw.LayoutBytes(ctx, []hash.Hash{xs[1].l.Hash, missing[2]})
+		want, _ := xs[1].l.MarshalBinary()
+		if err != nil || len(m) != 1 || !bytes.Equal(m[xs[1].l.Hash], want) {
+			t.Errorf("LayoutBytes = %d entries, %v; want xorb 1's encoding", len(m), err)
+		}
 	}
 	if err := ix.Ping(ctx); err != nil {
 		t.Errorf("Ping: %v", err)
@@ -198,25 +275,25 @@ func testLayouts(t *testing.T, ix index.Index) {
 }
 
 func testRegisterAndRead(t *testing.T, ix index.Index) {
-	g := newGen(2)
-	r := g.registration("models/acme/a", 4, 3, 5)
+	g := NewGen(2)
+	r := g.Registration("models/acme/a", 4, 3, 5)
 	mustRegister(t, ix, r, true)
 	for _, f := range r.Files {
-		wantFile(t, ix, f.Hash, r.Scope, f.Record)
+		wantFile(t, ix, f, r.Scope)
 	}
-	wantHidden(t, ix, g.hash(), r.Scope) // unknown file
+	wantHidden(t, ix, g.Hash(), r.Scope) // unknown file
 	// An empty file: the zero hash with an empty record is a valid registration.
-	empty := &index.Registration{Shard: g.hash(), Scope: r.Scope,
-		Files: []index.File{{Hash: hash.Zero, Record: []byte{}}}}
+	empty := &index.Registration{Shard: g.Hash(), Scope: r.Scope,
+		Files: []*recon.FileRecord{{Hash: hash.Zero}}}
 	mustRegister(t, ix, empty, true)
-	wantFile(t, ix, hash.Zero, r.Scope, []byte{})
+	wantFile(t, ix, empty.Files[0], r.Scope)
 	// A shard with no files and no xorbs is accepted too.
-	mustRegister(t, ix, &index.Registration{Shard: g.hash(), Scope: r.Scope}, true)
+	mustRegister(t, ix, &index.Registration{Shard: g.Hash(), Scope: r.Scope}, true)
 }
 
 func testVisibility(t *testing.T, ix index.Index) {
-	g := newGen(3)
-	a := g.registration("models/acme/a", 3, 2, 2)
+	g := NewGen(3)
+	a := g.Registration("models/acme/a", 3, 2, 2)
 	mustRegister(t, ix, a, true)
 	for _, f := range a.Files {
 		wantHidden(t, ix, f.Hash, "models/acme/b")
@@ -228,30 +305,34 @@ func testVisibility(t *testing.T, ix index.Index) {
 	b.Scope = "datasets/other/b"
 	mustRegister(t, ix, &b, false)
 	for _, f := range a.Files {
-		wantFile(t, ix, f.Hash, a.Scope, f.Record)
-		wantFile(t, ix, f.Hash, b.Scope, f.Record)
+		wantFile(t, ix, f, a.Scope)
+		wantFile(t, ix, f, b.Scope)
 	}
 	// A different shard re-registering a known file under a third scope keeps the first record.
-	c := g.registration("spaces/x/c", 1, 1, 0)
-	c.Files = append(c.Files, index.File{Hash: a.Files[0].Hash, Record: g.bytes(99)})
+	c := g.Registration("spaces/x/c", 1, 1, 0)
+	other := g.Record(3)
+	other.Hash = a.Files[0].Hash
+	c.Files = append(c.Files, other)
 	mustRegister(t, ix, c, true)
-	wantFile(t, ix, a.Files[0].Hash, "spaces/x/c", a.Files[0].Record)
+	wantFile(t, ix, a.Files[0], "spaces/x/c")
 	wantHidden(t, ix, c.Files[0].Hash, a.Scope)
 }
 
 func testIdempotentRegistration(t *testing.T, ix index.Index) {
-	g := newGen(4)
-	r := g.registration("models/acme/a", 5, 4, 8)
+	g := NewGen(4)
+	r := g.Registration("models/acme/a", 5, 4, 8)
 	// Duplicates inside one registration: the first record of a file wins.
 	first := r.Files[0]
-	r.Files = append(r.Files, index.File{Hash: first.Hash, Record: g.bytes(10)})
+	dup := g.Record(2)
+	dup.Hash = first.Hash
+	r.Files = append(r.Files, dup)
 	r.Dedup = append(r.Dedup, r.Dedup[0])
 	r.Xorbs = append(r.Xorbs, r.Xorbs[1])
 	mustRegister(t, ix, r, true)
 	for range 3 {
 		mustRegister(t, ix, r, false)
 	}
-	wantFile(t, ix, first.Hash, r.Scope, first.Record)
+	wantFile(t, ix, first, r.Scope)
 	xs, err := ix.DedupXorbs(ctxOf(t), r.Dedup[0])
 	if err != nil {
 		t.Fatalf("DedupXorbs: %v", err)
@@ -265,16 +346,16 @@ func testConcurrentRegistration(t *testing.T, ix index.Index) {
 	// 16 shards, each registered by 4 goroutines at once (64 in all). The shards overlap:
 	// shard i shares files and dedup chunks with shards i-1 and i+1, listed in a different order,
 	// so that goroutines contend on the same keys in opposite directions.
-	g := newGen(5)
+	g := NewGen(5)
 	const nShards, perShard = 16, 4
-	files := make([]index.File, nShards+1)
+	files := make([]*recon.FileRecord, nShards+1)
 	for i := range files {
-		files[i] = index.File{Hash: g.hash(), Record: g.bytes(100)}
+		files[i] = g.Record(4)
 	}
-	chunks := g.hashes(nShards + 1)
+	chunks := g.Hashes(nShards + 1)
 	regs := make([]*index.Registration, nShards)
 	for i := range regs {
-		r := g.registration(fmt.Sprintf("models/org/r%d", i%3), 3, 2, 3)
+		r := g.Registration(fmt.Sprintf("models/org/r%d", i%3), 3, 2, 3)
 		r.Files = append(r.Files, files[i+1], files[i])
 		r.Dedup = append([]hash.Hash{chunks[i+1]}, append(r.Dedup, chunks[i])...)
 		if i%2 == 1 {
@@ -319,7 +400,7 @@ func testConcurrentRegistration(t *testing.T, ix index.Index) {
 	}
 	for _, r := range regs {
 		for _, f := range r.Files {
-			wantFile(t, ix, f.Hash, r.Scope, f.Record)
+			wantFile(t, ix, f, r.Scope)
 		}
 		for _, c := range r.Dedup {
 			if _, err := ix.DedupXorbs(ctxOf(t), c); err != nil {
@@ -340,13 +421,12 @@ func testConcurrentRegistration(t *testing.T, ix index.Index) {
 }
 
 func testConcurrentPutXorb(t *testing.T, ix index.Index) {
-	g := newGen(6)
-	hs := g.hashes(8)
-	layouts := make([][]byte, len(hs))
+	g := NewGen(6)
+	layouts := make([]*xorb.Layout, 8)
 	for i := range layouts {
-		layouts[i] = g.bytes(400)
+		layouts[i] = g.Layout(10 * (i + 1))
 	}
-	inserted := make([]int, len(hs))
+	inserted := make([]int, len(layouts))
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -356,8 +436,8 @@ func testConcurrentPutXorb(t *testing.T, ix index.Index) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			i := w % len(hs)
-			ins, err := ix.PutXorb(ctxOf(t), hs[i], layouts[i], uint64(400+i))
+			i := w % len(layouts)
+			ins, err := ix.PutXorb(ctxOf(t), layouts[i], uint64(400+i))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -381,8 +461,8 @@ func testConcurrentPutXorb(t *testing.T, ix index.Index) {
 
 func testDedup(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(7)
-	a := g.registration("models/acme/a", 2, 3, 4)
+	g := NewGen(7)
+	a := g.Registration("models/acme/a", 2, 3, 4)
 	mustRegister(t, ix, a, true)
 	for _, c := range a.Dedup {
 		xs, err := ix.DedupXorbs(ctx, c)
@@ -391,7 +471,7 @@ func testDedup(t *testing.T, ix index.Index) {
 		}
 	}
 	// A later shard listing a known chunk does not take it over; its new chunks are its own.
-	b := g.registration("models/other/b", 1, 2, 1)
+	b := g.Registration("models/other/b", 1, 2, 1)
 	b.Dedup = append(b.Dedup, a.Dedup[2])
 	mustRegister(t, ix, b, true)
 	if xs, err := ix.DedupXorbs(ctx, a.Dedup[2]); err != nil || !slices.Equal(xs, a.Xorbs) {
@@ -401,13 +481,13 @@ func testDedup(t *testing.T, ix index.Index) {
 		t.Errorf("DedupXorbs of b's chunk = %v, %v; want b's xorbs", xs, err)
 	}
 	// A shard without xorbs still answers (with none).
-	c := g.registration("models/other/c", 1, 0, 1)
+	c := g.Registration("models/other/c", 1, 0, 1)
 	mustRegister(t, ix, c, true)
 	if xs, err := ix.DedupXorbs(ctx, c.Dedup[0]); err != nil || len(xs) != 0 {
 		t.Errorf("DedupXorbs of a xorb-less shard's chunk = %v, %v; want none", xs, err)
 	}
 	// Xorbs of a shard are not dedup entries by themselves, nor are its files.
-	for _, h := range []hash.Hash{g.hash(), a.Xorbs[0], a.Files[0].Hash} {
+	for _, h := range []hash.Hash{g.Hash(), a.Xorbs[0], a.Files[0].Hash} {
 		if xs, err := ix.DedupXorbs(ctx, h); !errors.Is(err, index.ErrNotFound) {
 			t.Errorf("DedupXorbs(%s) = %v, %v; want ErrNotFound", h, xs, err)
 		}
@@ -416,12 +496,12 @@ func testDedup(t *testing.T, ix index.Index) {
 
 func testHideAndEvents(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(8)
+	g := NewGen(8)
 	evs, err := ix.Events(ctx, 0, 10)
 	if err != nil || len(evs) != 0 {
 		t.Fatalf("Events on an empty index = %v, %v; want none", evs, err)
 	}
-	a := g.registration("models/acme/a", 4, 1, 1)
+	a := g.Registration("models/acme/a", 4, 1, 1)
 	mustRegister(t, ix, a, true)
 	other := *a
 	other.Scope = "models/acme/fork"
@@ -434,8 +514,8 @@ func testHideAndEvents(t *testing.T, ix index.Index) {
 	}
 	wantHidden(t, ix, a.Files[0].Hash, a.Scope)
 	wantHidden(t, ix, a.Files[2].Hash, a.Scope)
-	wantFile(t, ix, a.Files[1].Hash, a.Scope, a.Files[1].Record)
-	wantFile(t, ix, a.Files[0].Hash, other.Scope, a.Files[0].Record)
+	wantFile(t, ix, a.Files[1], a.Scope)
+	wantFile(t, ix, a.Files[0], other.Scope)
 
 	// Hide the whole of the other scope, then hide something already hidden.
 	if err := ix.Hide(ctx, other.Scope, nil); err != nil {
@@ -444,7 +524,7 @@ func testHideAndEvents(t *testing.T, ix index.Index) {
 	for _, f := range a.Files {
 		wantHidden(t, ix, f.Hash, other.Scope)
 	}
-	wantFile(t, ix, a.Files[3].Hash, a.Scope, a.Files[3].Record)
+	wantFile(t, ix, a.Files[3], a.Scope)
 	if err := ix.Hide(ctx, a.Scope, []hash.Hash{a.Files[0].Hash}); err != nil {
 		t.Fatalf("Hide(already hidden): %v", err)
 	}
@@ -474,17 +554,17 @@ func testHideAndEvents(t *testing.T, ix index.Index) {
 	}
 	// Registering again under a scope makes its files visible again.
 	mustRegister(t, ix, a, false)
-	wantFile(t, ix, a.Files[0].Hash, a.Scope, a.Files[0].Record)
+	wantFile(t, ix, a.Files[0], a.Scope)
 }
 
 func testEventsPaging(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(9)
+	g := NewGen(9)
 	const n = 25
 	scopes := make([]string, n)
 	for i := range scopes {
 		scopes[i] = fmt.Sprintf("models/p/%d", i)
-		if err := ix.Hide(ctx, scopes[i], g.hashes(i%3)); err != nil {
+		if err := ix.Hide(ctx, scopes[i], g.Hashes(i%3)); err != nil {
 			t.Fatalf("Hide: %v", err)
 		}
 	}
@@ -520,26 +600,26 @@ func testEventsPaging(t *testing.T, ix index.Index) {
 	}
 }
 
-// LargeRecordBytes is the size of the record of a 100,000-term file in the suite: the order of
-// the encoded size of such a record (a 32-byte xorb hash and five 32-bit fields per term).
-const LargeRecordBytes = 100_000 * 52
+// LargeTerms is the number of terms of the large file record of the suite.
+const LargeTerms = 100_000
 
 func testLargeRecord(t *testing.T, ix index.Index) {
-	g := newGen(10)
-	r := g.registration("models/acme/big", 1, 1, 1)
-	r.Files[0].Record = g.bytes(LargeRecordBytes)
+	g := NewGen(10)
+	r := g.Registration("models/acme/big", 1, 1, 1)
+	r.Files[0] = g.Record(LargeTerms)
 	mustRegister(t, ix, r, true)
-	wantFile(t, ix, r.Files[0].Hash, r.Scope, r.Files[0].Record)
+	wantFile(t, ix, r.Files[0], r.Scope)
 }
 
 func testInvalid(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(11)
+	g := NewGen(11)
 	for name, r := range map[string]*index.Registration{
 		"nil":         nil,
-		"empty scope": {Shard: g.hash()},
-		"long scope":  {Shard: g.hash(), Scope: string(make([]byte, index.MaxScopeLen+1))},
-		"nil record":  {Shard: g.hash(), Scope: "s", Files: []index.File{{Hash: g.hash()}}},
+		"empty scope": {Shard: g.Hash()},
+		"long scope":  {Shard: g.Hash(), Scope: string(make([]byte, index.MaxScopeLen+1))},
+		"nil record":  {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{nil}},
+		"bad record":  {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{{Hash: g.Hash(), Size: 1}}},
 	} {
 		if ins, err := ix.RegisterShard(ctx, r); !errors.Is(err, index.ErrInvalid) || ins {
 			t.Errorf("RegisterShard(%s) = %v, %v; want ErrInvalid", name, ins, err)
@@ -548,8 +628,13 @@ func testInvalid(t *testing.T, ix index.Index) {
 	if err := ix.Hide(ctx, "", nil); !errors.Is(err, index.ErrInvalid) {
 		t.Errorf("Hide with empty scope: %v, want ErrInvalid", err)
 	}
-	if ins, err := ix.PutXorb(ctx, g.hash(), nil, 1); !errors.Is(err, index.ErrInvalid) || ins {
-		t.Errorf("PutXorb without layout = %v, %v; want ErrInvalid", ins, err)
+	if ins, err := ix.PutXorb(ctx, nil, 1); !errors.Is(err, index.ErrInvalid) || ins {
+		t.Errorf("PutXorb(nil) = %v, %v; want ErrInvalid", ins, err)
+	}
+	bad := g.Layout(2)
+	bad.RawEnds = bad.RawEnds[:1]
+	if ins, err := ix.PutXorb(ctx, bad, 1); !errors.Is(err, index.ErrInvalid) || ins {
+		t.Errorf("PutXorb(inconsistent layout) = %v, %v; want ErrInvalid", ins, err)
 	}
 	// Nothing of the rejected registrations is visible.
 	if evs, err := ix.Events(ctx, 0, 0); err != nil || len(evs) != 0 {
@@ -558,10 +643,10 @@ func testInvalid(t *testing.T, ix index.Index) {
 }
 
 func testCanceled(t *testing.T, ix index.Index) {
-	g := newGen(12)
+	g := NewGen(12)
 	ctx, cancel := context.WithCancel(ctxOf(t))
 	cancel()
-	r := g.registration("models/acme/a", 1, 1, 1)
+	r := g.Registration("models/acme/a", 1, 1, 1)
 	if _, err := ix.RegisterShard(ctx, r); err == nil {
 		t.Fatalf("RegisterShard with a canceled context succeeded")
 	}
@@ -573,13 +658,13 @@ func testCanceled(t *testing.T, ix index.Index) {
 	if _, err := ix.RegisterShard(ctxOf(t), r); err != nil {
 		t.Fatalf("RegisterShard after a canceled one: %v", err)
 	}
-	wantFile(t, ix, r.Files[0].Hash, r.Scope, r.Files[0].Record)
+	wantFile(t, ix, r.Files[0], r.Scope)
 }
 
 func testClose(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
-	g := newGen(13)
-	r := g.registration("models/acme/a", 1, 1, 1)
+	g := NewGen(13)
+	r := g.Registration("models/acme/a", 1, 1, 1)
 	mustRegister(t, ix, r, true)
 	if err := ix.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -589,10 +674,10 @@ func testClose(t *testing.T, ix index.Index) {
 	}
 	checks := map[string]error{}
 	_, checks["File"] = ix.File(ctx, r.Files[0].Hash, r.Scope)
-	_, checks["RegisterShard"] = ix.RegisterShard(ctx, g.registration("s", 1, 1, 1))
-	_, checks["PutXorb"] = ix.PutXorb(ctx, g.hash(), []byte{1}, 1)
-	_, checks["Layouts"] = ix.Layouts(ctx, []hash.Hash{g.hash()})
-	_, checks["XorbSize"] = ix.XorbSize(ctx, g.hash())
+	_, checks["RegisterShard"] = ix.RegisterShard(ctx, g.Registration("s", 1, 1, 1))
+	_, checks["PutXorb"] = ix.PutXorb(ctx, g.Layout(1), 1)
+	_, checks["Layouts"] = ix.Layouts(ctx, []hash.Hash{g.Hash()})
+	_, checks["XorbSize"] = ix.XorbSize(ctx, g.Hash())
 	_, checks["DedupXorbs"] = ix.DedupXorbs(ctx, r.Dedup[0])
 	_, checks["Events"] = ix.Events(ctx, 0, 1)
 	checks["Hide"] = ix.Hide(ctx, "s", nil)

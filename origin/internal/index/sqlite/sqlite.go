@@ -28,10 +28,15 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-var _ index.Index = (*DB)(nil)
+var (
+	_ index.Index = (*DB)(nil)
+	_ index.Raw   = (*DB)(nil)
+)
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -346,15 +351,17 @@ func (db *DB) read() error {
 }
 
 // PutXorb implements index.Index.
-func (db *DB) PutXorb(ctx context.Context, h hash.Hash, layout []byte, storedSize uint64) (bool, error) {
-	if layout == nil {
-		return false, fmt.Errorf("%w: xorb %s without layout", index.ErrInvalid, h)
+func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
+	layout, err := index.EncodeLayout(l)
+	if err != nil {
+		return false, err
 	}
+	h := l.Hash
 	if storedSize > 1<<62 {
 		return false, fmt.Errorf("%w: xorb %s stored size %d", index.ErrInvalid, h, storedSize)
 	}
 	var inserted bool
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.StmtContext(ctx, db.insXorb).ExecContext(ctx, h[:], int64(storedSize), layout)
 		if err != nil {
 			return translate(err)
@@ -369,11 +376,31 @@ func (db *DB) PutXorb(ctx context.Context, h hash.Hash, layout []byte, storedSiz
 	return inserted, nil
 }
 
+// Lookups, by name (ExplainLookups in the tests checks their plans).
+const (
+	qXorbSize      = `SELECT stored_size FROM xorbs WHERE hash = ?`
+	qFile          = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`
+	qDedup         = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ?`
+	qEvents        = `SELECT seq, scope, files, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
+	qHideScope     = `DELETE FROM visibility WHERE scope = ?`
+	qHideFile      = `DELETE FROM visibility WHERE scope = ? AND file = ?`
+	qLayoutsPrefix = `SELECT hash, layout FROM xorbs WHERE hash IN (?`
+)
+
 // layoutsPerQuery bounds the IN list of one Layouts query.
 const layoutsPerQuery = 500
 
 // Layouts implements index.Index.
-func (db *DB) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
+func (db *DB) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	m, err := db.LayoutBytes(ctx, hs)
+	if err != nil {
+		return nil, err
+	}
+	return index.DecodeLayouts(m)
+}
+
+// LayoutBytes implements index.Raw.
+func (db *DB) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
 	if err := db.read(); err != nil {
 		return nil, err
 	}
@@ -387,7 +414,7 @@ func (db *DB) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte
 			args = append(args, keys[i][:])
 		}
 		keys = keys[n:]
-		q := `SELECT hash, layout FROM xorbs WHERE hash IN (?` + strings.Repeat(`,?`, n-1) + `)`
+		q := qLayoutsPrefix + strings.Repeat(`,?`, n-1) + `)`
 		if err := db.layoutQuery(ctx, q, args, out); err != nil {
 			return nil, fmt.Errorf("layouts: %w", err)
 		}
@@ -421,7 +448,7 @@ func (db *DB) XorbSize(ctx context.Context, h hash.Hash) (uint64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := db.r.QueryRowContext(ctx, `SELECT stored_size FROM xorbs WHERE hash = ?`, h[:]).Scan(&n); err != nil {
+	if err := db.r.QueryRowContext(ctx, qXorbSize, h[:]).Scan(&n); err != nil {
 		return 0, fmt.Errorf("xorb size %s: %w", h, translate(err))
 	}
 	return uint64(n), nil
@@ -476,13 +503,22 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 }
 
 // File implements index.Index.
-func (db *DB) File(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
+func (db *DB) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	b, err := db.FileBytes(ctx, h, scope)
+	if err != nil {
+		return nil, err
+	}
+	return index.DecodeFile(h, b)
+}
+
+// FileBytes implements index.Raw.
+func (db *DB) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
 	if err := db.read(); err != nil {
 		return nil, err
 	}
 	var rec []byte
 	err := db.r.QueryRowContext(ctx,
-		`SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`,
+		qFile,
 		scope, h[:]).Scan(&rec)
 	if err != nil {
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, translate(err))
@@ -497,7 +533,7 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	}
 	var xs []byte
 	err := db.r.QueryRowContext(ctx,
-		`SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ?`, chunk[:]).Scan(&xs)
+		qDedup, chunk[:]).Scan(&xs)
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
 	}
@@ -516,11 +552,11 @@ func (db *DB) Hide(ctx context.Context, scope string, files []hash.Hash) error {
 	keys := index.SortedUnique(files)
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if len(keys) == 0 {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM visibility WHERE scope = ?`, scope); err != nil {
+			if _, err := tx.ExecContext(ctx, qHideScope, scope); err != nil {
 				return translate(err)
 			}
 		} else {
-			st, err := tx.PrepareContext(ctx, `DELETE FROM visibility WHERE scope = ? AND file = ?`)
+			st, err := tx.PrepareContext(ctx, qHideFile)
 			if err != nil {
 				return translate(err)
 			}
@@ -550,7 +586,7 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 		limit = index.MaxEvents
 	}
 	rows, err := db.r.QueryContext(ctx,
-		`SELECT seq, scope, files, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, after, limit)
+		qEvents, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", translate(err))
 	}

@@ -1,0 +1,47 @@
+package sqlite
+
+import (
+	"context"
+	"strings"
+)
+
+// ExplainLookups returns, for every lookup query, SQLite's query plan (the detail column of
+// EXPLAIN QUERY PLAN, joined by "; ").
+func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
+	k := make([]byte, 32)
+	qs := map[string]struct {
+		q    string
+		args []any
+	}{
+		"XorbSize":  {qXorbSize, []any{k}},
+		"Layouts":   {qLayoutsPrefix + ",?,?)", []any{k, k, k}},
+		"File":      {qFile, []any{"s", k}},
+		"Dedup":     {qDedup, []any{k}},
+		"Events":    {qEvents, []any{0, 10}},
+		"HideScope": {qHideScope, []any{"s"}},
+		"HideFile":  {qHideFile, []any{"s", k}},
+	}
+	out := make(map[string]string, len(qs))
+	for name, q := range qs {
+		rows, err := db.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.q, q.args...)
+		if err != nil {
+			return nil, err
+		}
+		var details []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			details = append(details, detail)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		out[name] = strings.Join(details, "; ")
+	}
+	return out, nil
+}
