@@ -1,0 +1,61 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
+)
+
+// dedup: GET /v1/chunks/{default|default-merkledb}/{hash} — the global-dedup query
+// (xet-protocol.md §2.4, §8.6). The answer is a footer-bearing shard with an empty file section,
+// the xorbs of the shard that registered the chunk, chunk hashes keyed with the origin's dedup
+// key, and an expiry DedupExpiry ahead. Unknown chunks are 404.
+func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
+	switch p := r.PathValue("prefix"); p {
+	case "default", "default-merkledb":
+	default:
+		return fmt.Errorf("%w: unknown prefix %q", httpapi.ErrBadRequest, p)
+	}
+	chunk, err := pathHash(r, "hash")
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	xs, err := s.idx.DedupXorbs(ctx, chunk)
+	if err != nil {
+		return err
+	}
+	layouts, err := s.idx.Layouts(ctx, xs)
+	if err != nil {
+		return err
+	}
+	blocks := make([]shard.Xorb, 0, len(xs))
+	for _, xh := range xs {
+		l, ok := layouts[xh]
+		if !ok {
+			return fmt.Errorf("dedup entry %s names xorb %s without a layout", chunk, xh)
+		}
+		x := shard.Xorb{Hash: xh, RawBytes: l.RawLen(), Chunks: make([]shard.XorbChunk, l.NumChunks())}
+		var start uint32
+		for j, ch := range l.ChunkHashes {
+			x.Chunks[j] = shard.XorbChunk{Hash: ch, RawStart: start, RawLen: l.RawEnds[j] - start}
+			if ch == chunk {
+				x.Chunks[j].Flags = shard.ChunkFlagGlobalDedup // let the client chain queries
+			}
+			start = l.RawEnds[j]
+		}
+		blocks = append(blocks, x)
+	}
+	now := s.now()
+	ans := shard.DedupAnswer(blocks, s.keys.Dedup, now, now.Add(s.cfg.Auth.DedupExpiry.D()))
+	b := ans.AppendWithFooter(nil)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(b)
+	return err
+}
+

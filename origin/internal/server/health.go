@@ -1,0 +1,49 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+)
+
+// readyTimeout bounds the dependency pings of /readyz.
+const readyTimeout = 2 * time.Second
+
+// healthz: 200 while the process serves.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+	return nil
+}
+
+// readyz: 200 when the index and the object store answer, else 503.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.idx.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: index: %v", httpapi.ErrUnavailable, err)
+	}
+	if err := s.objs.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: object store: %v", httpapi.ErrUnavailable, err)
+	}
+	httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
+	return nil
+}
+
+// AdminHandler serves /metrics from g and /debug/pprof/ for the admin listener.
+func AdminHandler(g prometheus.Gatherer) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return m
+}

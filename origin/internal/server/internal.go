@@ -1,0 +1,192 @@
+package server
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// The internal API serves edges (tokens with access "edge"). Formats are documented in
+// docs/origin.md.
+
+// maxLayoutsPerRequest bounds the h parameters of /internal/v1/layouts.
+const maxLayoutsPerRequest = 1024
+
+// eventsPoll is how often a waiting /internal/v1/events request asks the index again.
+const eventsPoll = 500 * time.Millisecond
+
+// internalFile: GET /internal/v1/files/{hash}?scope=S → the binary FileRecord
+// (recon.FileRecord.MarshalBinary) if the file is visible in S, else 404.
+func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
+	h, err := pathHash(r, "hash")
+	if err != nil {
+		return err
+	}
+	scope := r.URL.Query().Get("scope")
+	if scope == "" {
+		return fmt.Errorf("%w: scope parameter is required", httpapi.ErrBadRequest)
+	}
+	rec, err := s.idx.File(r.Context(), h, scope)
+	if err != nil {
+		return err
+	}
+	b, err := rec.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return writeBinary(w, b)
+}
+
+// internalLayouts: GET /internal/v1/layouts?h=H&h=H… → u32 count, then per found xorb:
+// 32 raw hash bytes, u32 length, xorb.Layout.MarshalBinary bytes (little-endian). Missing
+// xorbs are left out.
+func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
+	hs := r.URL.Query()["h"]
+	if len(hs) == 0 || len(hs) > maxLayoutsPerRequest {
+		return fmt.Errorf("%w: want 1 to %d h parameters, got %d", httpapi.ErrBadRequest, maxLayoutsPerRequest, len(hs))
+	}
+	want := make([]hash.Hash, len(hs))
+	for i, v := range hs {
+		var err error
+		if want[i], err = hash.Parse(v); err != nil {
+			return err
+		}
+	}
+	got, err := s.idx.Layouts(r.Context(), want)
+	if err != nil {
+		return err
+	}
+	out := binary.LittleEndian.AppendUint32(nil, uint32(len(got)))
+	for _, h := range want {
+		l, ok := got[h]
+		if !ok {
+			continue
+		}
+		delete(got, h) // duplicates in the request are answered once
+		b, err := l.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		out = append(out, h[:]...)
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	return writeBinary(w, out)
+}
+
+// internalXorb: GET /internal/v1/xorbs/{hash} with an optional single Range → raw bytes of the
+// stored object (chunk area + footer), 206 for a range.
+func (s *Server) internalXorb(w http.ResponseWriter, r *http.Request) error {
+	h, err := pathHash(r, "hash")
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	size, err := s.idx.XorbSize(ctx, h)
+	if err != nil {
+		return err
+	}
+	br := httprange.ByteRange{Start: 0, End: size - 1}
+	status := http.StatusOK
+	if hdr := r.Header.Get("Range"); hdr != "" {
+		q, err := httprange.ParseOne(hdr)
+		if err != nil {
+			return err
+		}
+		if br, err = q.Resolve(size); err != nil {
+			return err
+		}
+		status = http.StatusPartialContent
+		w.Header().Set("Content-Range", contentRange(br, size))
+	}
+	rc, err := s.objs.GetRange(ctx, ingest.XorbKey(h), int64(br.Start), int64(br.Len()))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatUint(br.Len(), 10))
+	w.WriteHeader(status)
+	_, err = io.Copy(w, rc)
+	return err
+}
+
+// internalJWKS: GET /internal/v1/jwks → the token verification keys as a JWKS document.
+func (s *Server) internalJWKS(w http.ResponseWriter, r *http.Request) error {
+	httpapi.WriteRawJSON(w, http.StatusOK, s.jwks)
+	return nil
+}
+
+type eventJSON struct {
+	Seq   int64       `json:"seq"`
+	Scope string      `json:"scope"`
+	Files []hash.Hash `json:"files"` // null: every file of the scope
+	At    time.Time   `json:"at"`
+}
+
+// internalEvents: GET /internal/v1/events?after=N[&wait=SECONDS] → {"events":[…]} with the
+// visibility revocations after N. When there are none it waits up to wait seconds (at most
+// the configured limit, 30 s by default) for one before answering with an empty list.
+func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	after, err := strconv.ParseInt(q.Get("after"), 10, 64)
+	if q.Get("after") == "" {
+		after, err = 0, nil
+	}
+	if err != nil || after < 0 {
+		return fmt.Errorf("%w: after must be a sequence number", httpapi.ErrBadRequest)
+	}
+	wait := s.cfg.Limits.EventsWait.D()
+	if v := q.Get("wait"); v != "" {
+		secs, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%w: wait must be whole seconds", httpapi.ErrBadRequest)
+		}
+		wait = min(wait, time.Duration(secs)*time.Second)
+	}
+	ctx := r.Context()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(eventsPoll)
+	defer tick.Stop()
+	for {
+		evs, err := s.idx.Events(ctx, after, 0)
+		if err != nil {
+			return err
+		}
+		if len(evs) > 0 {
+			out := make([]eventJSON, len(evs))
+			for i, e := range evs {
+				out[i] = eventJSON{Seq: e.Seq, Scope: e.Scope, Files: e.Files, At: e.At.UTC()}
+			}
+			httpapi.WriteJSON(w, http.StatusOK, struct {
+				Events []eventJSON `json:"events"`
+			}{out})
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"events":[]}`+"\n"))
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func writeBinary(w http.ResponseWriter, b []byte) error {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(b)
+	return err
+}

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+)
+
+// NDJSON frames of POST /v2/shards (xet-protocol.md §2.7).
+type frame struct {
+	Type      string  `json:"type"`
+	Verified  *uint64 `json:"verified,omitempty"`
+	Total     *uint64 `json:"total,omitempty"`
+	Stage     string  `json:"stage,omitempty"`
+	Result    *int    `json:"result,omitempty"`
+	Message   string  `json:"message,omitempty"`
+	Retryable *bool   `json:"retryable,omitempty"`
+}
+
+func encodeFrame(f frame) []byte {
+	b, _ := json.Marshal(f) // a frame always encodes
+	return append(b, '\n')
+}
+
+func progressFrame(p ingest.Progress) []byte {
+	if p.Stage == ingest.StageValidating {
+		v, t := p.Verified, p.Total
+		return encodeFrame(frame{Type: "validating", Verified: &v, Total: &t})
+	}
+	return encodeFrame(frame{Type: "committing", Stage: p.Stage})
+}
+
+func resultFrame(inserted bool) []byte {
+	r := 0
+	if inserted {
+		r = 1
+	}
+	return encodeFrame(frame{Type: "result", Result: &r})
+}
+
+// errorFrame reports a failure after streaming started; the client re-uploads the shard when
+// retryable (server-side trouble), and gives up otherwise (the shard is bad).
+func errorFrame(err error, status int) []byte {
+	retry := status >= 500 || status == http.StatusRequestTimeout
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error"
+	}
+	return encodeFrame(frame{Type: "error", Message: msg, Retryable: &retry})
+}
+
+type shardOutcome struct {
+	inserted bool
+	err      error
+}
+
+// frameStream writes NDJSON frames for one request. progress may be called from any goroutine;
+// it only records the latest frame, which run writes (so a slow client never stalls the work
+// and intermediate frames may be skipped). write and run belong to the handler goroutine.
+type frameStream struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	heartbeat time.Duration
+	started   bool // the 200 and at least one frame were sent
+
+	mu     sync.Mutex
+	last   []byte
+	notify chan struct{}
+}
+
+func newFrameStream(w http.ResponseWriter, heartbeat time.Duration) *frameStream {
+	return &frameStream{w: w, rc: http.NewResponseController(w), heartbeat: heartbeat,
+		notify: make(chan struct{}, 1)}
+}
+
+func (st *frameStream) progress(p ingest.Progress) {
+	f := progressFrame(p)
+	st.mu.Lock()
+	st.last = f
+	st.mu.Unlock()
+	select {
+	case st.notify <- struct{}{}:
+	default:
+	}
+}
+
+// run writes progress frames as they come and re-sends the last one every heartbeat until the
+// work reports its outcome.
+func (st *frameStream) run(done <-chan shardOutcome) shardOutcome {
+	t := time.NewTicker(st.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-done:
+			return o
+		case <-st.notify:
+		case <-t.C:
+		}
+		st.mu.Lock()
+		f := st.last
+		st.mu.Unlock()
+		if f != nil {
+			st.write(f)
+		}
+	}
+}
+
+// write sends one frame, starting the 200 answer if needed, and flushes it.
+func (st *frameStream) write(f []byte) {
+	if !st.started {
+		h := st.w.Header()
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Cache-Control", "no-cache")
+		st.w.WriteHeader(http.StatusOK)
+		st.started = true
+	}
+	_, _ = st.w.Write(f) // a failed write means the client left; the work is cancelled with it
+	_ = st.rc.Flush()
+}

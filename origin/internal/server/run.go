@@ -1,0 +1,81 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Listeners are the origin's bound sockets. Admin may be nil.
+type Listeners struct {
+	Main, Admin net.Listener
+}
+
+// Listen binds the configured addresses.
+func Listen(mainAddr, adminAddr string) (*Listeners, error) {
+	var l Listeners
+	var err error
+	if l.Main, err = net.Listen("tcp", mainAddr); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", mainAddr, err)
+	}
+	if adminAddr != "" {
+		if l.Admin, err = net.Listen("tcp", adminAddr); err != nil {
+			l.Main.Close()
+			return nil, fmt.Errorf("listen %s: %w", adminAddr, err)
+		}
+	}
+	return &l, nil
+}
+
+// Serve serves the main handler (and admin, when l.Admin is set) until ctx is cancelled, then
+// stops accepting, lets in-flight requests finish for up to grace, and returns. The caller
+// closes the index and object store after Serve returns, never before.
+func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration) error {
+	servers := []*http.Server{newHTTPServer(main, log)}
+	lns := []net.Listener{l.Main}
+	if l.Admin != nil {
+		servers = append(servers, newHTTPServer(admin, log))
+		lns = append(lns, l.Admin)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range servers {
+		srv, ln := servers[i], lns[i]
+		g.Go(func() error {
+			log.Info("listening", "addr", ln.Addr().String())
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("draining", "grace", grace.String())
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+		defer cancel()
+		var errs []error
+		for _, srv := range servers {
+			if err := srv.Shutdown(sctx); err != nil {
+				errs = append(errs, err)
+				srv.Close()
+			}
+		}
+		return errors.Join(errs...)
+	})
+	return g.Wait()
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}

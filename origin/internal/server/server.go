@@ -1,0 +1,171 @@
+// Package server is the origin's HTTP service: the Xet CAS routes stock clients use (xorb and
+// shard uploads, reconstructions, global dedup, telemetry), the signed transfer route, the
+// Hub-compatible token route, the internal API edges use, and the health and admin endpoints.
+//
+// Handlers are short: parse, call one service method (ingest, index, recon), encode. Errors
+// are returned to one wrapper, which maps them to a status and JSON body with httpapi.Errors.
+//
+//	client ─┬─ /v1/xorbs, /v1|v2/shards ──────────► ingest.Service ─► objects, then index
+//	        ├─ /v1|v2/reconstructions, /v1/files ─► index.File ─► recon.Plan ─► recon.Encoder
+//	        ├─ /v1/chunks ────────────────────────► index.DedupXorbs ─► shard.DedupAnswer
+//	        └─ /v1/transfer/xorbs (signed URL) ───► objects.GetRange
+//	edge ───── /internal/v1/... (edge token) ─────► index, objects, key set
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/origin/internal/keys"
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// Index is the part of the index the server uses.
+type Index interface {
+	ingest.Index
+	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
+	Events(ctx context.Context, after int64, limit int) ([]index.Event, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Index = index.Index(nil)
+
+// Objects is the part of the object store the server uses.
+type Objects interface {
+	ingest.Objects
+	// GetRange returns n bytes of key from offset off. The caller closes the reader.
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
+	Ping(ctx context.Context) error
+}
+
+// Options configure a Server. Config, Index, Objects and Keys are required.
+type Options struct {
+	Config  *config.Config
+	Index   Index
+	Objects Objects
+	Keys    *keys.Keys
+	Log     *slog.Logger
+	// Registerer receives the origin's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Extra error rules for the backends' sentinels (object store errors, say), checked before
+	// the shared ones. Index sentinels are always mapped.
+	ErrorRules []httpapi.Rule
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+}
+
+// Server serves the origin's routes. Build it with New; it is safe for concurrent use.
+type Server struct {
+	cfg      *config.Config
+	idx      Index
+	objs     Objects
+	keys     *keys.Keys
+	log      *slog.Logger
+	now      func() time.Time
+	errs     *httpapi.Errors
+	verifier *auth.Verifier
+	jwks     []byte
+	signer   *urlsign.Signer
+	ingest   *ingest.Service
+	ingestMu *semaphore.Weighted // bytes of upload bodies held in memory
+	permits  *permits            // extra goroutines for writing big reconstruction answers
+	m        *metrics
+	mux      *http.ServeMux
+}
+
+// New builds a Server.
+func New(o Options) (*Server, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ks, err := o.Keys.KeySet()
+	if err != nil {
+		return nil, err
+	}
+	jwks, err := ks.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	signer, err := urlsign.New(urlsign.Options{BaseURL: o.Config.PublicURL, Key: o.Keys.Transfer,
+		TTL: o.Config.Auth.TransferURLTTL.D(), Now: o.Now})
+	if err != nil {
+		return nil, err
+	}
+	rules := append([]httpapi.Rule{
+		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
+		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
+		{Err: ingest.ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
+		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
+		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},
+		{Err: recon.ErrTermMismatch, Status: http.StatusInternalServerError, Code: "internal"},
+	}, o.ErrorRules...)
+	s := &Server{
+		cfg:  o.Config,
+		idx:  o.Index,
+		objs: o.Objects,
+		keys: o.Keys,
+		log:  o.Log,
+		now:  o.Now,
+		errs: httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: rules}),
+		verifier: auth.NewVerifier(ks, auth.VerifierOptions{Now: o.Now,
+			Leeway: o.Config.Auth.Leeway.D()}),
+		jwks:     jwks,
+		signer:   signer,
+		ingestMu: semaphore.NewWeighted(o.Config.Limits.IngestMemory),
+		permits:  newPermits(o.Config.Limits.ReconPermits),
+		m:        newMetrics(o.Registerer),
+	}
+	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
+	s.routes()
+	return s, nil
+}
+
+// Handler is the main listener's handler.
+func (s *Server) Handler() http.Handler { return httpapi.WithRequestID(s.mux) }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	h := func(pattern string, need auth.Access, fn handlerFunc) {
+		m.Handle(pattern, s.wrap(pattern, need, fn))
+	}
+	open := auth.Access("") // no token needed
+	h("POST /v1/xorbs/{prefix}/{hash}", auth.Write, s.postXorb)
+	h("HEAD /v1/xorbs/{prefix}/{hash}", auth.Read, s.headXorb)
+	h("POST /v1/shards", auth.Write, s.postShardV1)
+	h("POST /v2/shards", auth.Write, s.postShardV2)
+	h("GET /v1/reconstructions/{file}", auth.Read, s.reconV1)
+	h("GET /v2/reconstructions/{file}", auth.Read, s.reconV2)
+	h("HEAD /v1/files/{file}", auth.Read, s.headFile)
+	h("GET /v1/chunks/{prefix}/{hash}", auth.Read, s.dedup)
+	h("POST /v1/telemetry", auth.Read, s.telemetry)
+	h("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)
+	h("GET /api/{type}/{namespace}/{name}/{op}/{rev...}", open, s.hubToken)
+	h("GET /internal/v1/files/{hash}", auth.Edge, s.internalFile)
+	h("GET /internal/v1/layouts", auth.Edge, s.internalLayouts)
+	h("GET /internal/v1/xorbs/{hash}", auth.Edge, s.internalXorb)
+	h("GET /internal/v1/jwks", auth.Edge, s.internalJWKS)
+	h("GET /internal/v1/events", auth.Edge, s.internalEvents)
+	h("GET /healthz", open, s.healthz)
+	h("GET /readyz", open, s.readyz)
+	h("/", open, func(w http.ResponseWriter, r *http.Request) error {
+		return httpapi.ErrNotFound
+	})
+	s.mux = m
+}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+)
+
+// hubToken: GET /api/{models|datasets|spaces}/{namespace}/{name}/xet-{read|write}-token/{rev}
+// — the Hub-compatible token route (xet-protocol.md §3.1) that hf_xet's token_refresh_url and
+// huggingface.js call. The bearer token must cover the access asked for in scope
+// "{type}/{namespace}/{name}"; the answer is a short-lived CAS token for that scope:
+// {"casUrl", "exp", "accessToken"}, casUrl being the origin for writes and the edge for reads.
+func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
+	typ := r.PathValue("type")
+	switch typ {
+	case "models", "datasets", "spaces":
+	default:
+		return fmt.Errorf("%w: repository type %q", httpapi.ErrNotFound, typ)
+	}
+	var need auth.Access
+	casURL := s.cfg.EdgeURL
+	switch r.PathValue("op") {
+	case "xet-read-token":
+		need = auth.Read
+	case "xet-write-token":
+		need, casURL = auth.Write, s.cfg.PublicURL
+	default:
+		return fmt.Errorf("%w: %q", httpapi.ErrNotFound, r.PathValue("op"))
+	}
+	scope := typ + "/" + r.PathValue("namespace") + "/" + r.PathValue("name")
+	now := s.now()
+	ttl := s.cfg.Auth.CASTokenTTL.D()
+	if !s.cfg.DevNoAuth || auth.BearerToken(r) != "" {
+		c, err := s.verifier.VerifyRequest(r)
+		if err != nil {
+			return err
+		}
+		if err := c.Allow(scope, need); err != nil {
+			return err
+		}
+		// Never outlive the credential presented.
+		if rest := c.ExpiresAt.Sub(now); rest < ttl {
+			ttl = rest
+		}
+	}
+	if ttl < time.Second {
+		return fmt.Errorf("%w: presented token expires now", auth.ErrExpired)
+	}
+	tok, exp, err := s.keys.Signing.Mint(scope, need, now, ttl)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		CasURL      string `json:"casUrl"`
+		Exp         int64  `json:"exp"`
+		AccessToken string `json:"accessToken"`
+	}{casURL, exp.Unix(), tok})
+	return nil
+}

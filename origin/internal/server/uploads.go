@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
+)
+
+// readUpload reads a request body of at most limit bytes, paced, after taking its size from
+// the ingest memory semaphore (so concurrent uploads never hold more than the configured
+// memory). The caller must call release when done with the body.
+func (s *Server) readUpload(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	if r.ContentLength > limit {
+		return nil, nil, fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
+	}
+	need := limit
+	if r.ContentLength >= 0 {
+		need = r.ContentLength
+	}
+	start := time.Now()
+	if err := s.ingestMu.Acquire(r.Context(), need); err != nil {
+		return nil, nil, err
+	}
+	s.m.ingestWait.Observe(time.Since(start).Seconds())
+	release = func() { s.ingestMu.Release(need) }
+	body, err = httpapi.ReadBody(w, r, httpapi.BodyOptions{Limit: limit, Pace: httpapi.PaceOptions{
+		Floor: s.cfg.Limits.PaceFloor, Window: s.cfg.Limits.PaceWindow.D()}})
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return body, release, nil
+}
+
+func pathHash(r *http.Request, name string) (hash.Hash, error) {
+	h, err := hash.Parse(r.PathValue(name))
+	if err != nil {
+		return h, fmt.Errorf("%s: %w", name, err)
+	}
+	return h, nil
+}
+
+// postXorb: POST /v1/xorbs/{prefix}/{hash} → {"was_inserted": bool}.
+func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
+	h, err := pathHash(r, "hash")
+	if err != nil {
+		return err
+	}
+	prefix := r.PathValue("prefix")
+	if prefix != ingest.Prefix {
+		return fmt.Errorf("%w: %q", ingest.ErrBadPrefix, prefix)
+	}
+	body, release, err := s.readUpload(w, r, ingest.MaxXorbBody)
+	if err != nil {
+		return err
+	}
+	defer release()
+	inserted, err := s.ingest.PutXorb(r.Context(), prefix, h, body)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		WasInserted bool `json:"was_inserted"`
+	}{inserted})
+	return nil
+}
+
+// headXorb: HEAD /v1/xorbs/{prefix}/{hash} → Content-Length = stored object size.
+func (s *Server) headXorb(w http.ResponseWriter, r *http.Request) error {
+	h, err := pathHash(r, "hash")
+	if err != nil {
+		return err
+	}
+	if p := r.PathValue("prefix"); p != ingest.Prefix {
+		return fmt.Errorf("%w: %q", ingest.ErrBadPrefix, p)
+	}
+	size, err := s.idx.XorbSize(r.Context(), h)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Length", strconv.FormatUint(size, 10))
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// registerShard reads a shard body and registers it under the token's scope.
+func (s *Server) registerShard(w http.ResponseWriter, r *http.Request, progress func(ingest.Progress)) (bool, error) {
+	body, release, err := s.readUpload(w, r, shard.MaxSize)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	return s.ingest.RegisterShard(r.Context(), claims(r.Context()).Scope, body, progress)
+}
+
+// postShardV1: POST /v1/shards → {"result": 1} (registered) or {"result": 0} (known).
+func (s *Server) postShardV1(w http.ResponseWriter, r *http.Request) error {
+	inserted, err := s.registerShard(w, r, nil)
+	if err != nil {
+		return err
+	}
+	res := 0
+	if inserted {
+		res = 1
+	}
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		Result int `json:"result"`
+	}{res})
+	return nil
+}
+
+// postShardV2: POST /v2/shards → NDJSON progress (xet-protocol.md §2.7). The body is read and
+// parsed before the stream starts, so a malformed body still gets a plain 4xx; later failures
+// are error frames. While the work runs, the last frame is re-sent every heartbeat interval.
+func (s *Server) postShardV2(w http.ResponseWriter, r *http.Request) error {
+	body, release, err := s.readUpload(w, r, shard.MaxSize)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := shard.Parse(body); err != nil {
+		return err
+	}
+	st := newFrameStream(w, s.cfg.Limits.ShardHeartbeat.D())
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	done := make(chan shardOutcome, 1)
+	go func() {
+		ins, err := s.ingest.RegisterShard(ctx, claims(r.Context()).Scope, body, st.progress)
+		done <- shardOutcome{ins, err}
+	}()
+	res := st.run(done)
+	if res.err != nil && !st.started {
+		return res.err // nothing streamed yet: an ordinary error answer
+	}
+	if res.err != nil {
+		status, _ := s.errs.Status(res.err)
+		if status == http.StatusInternalServerError {
+			s.log.ErrorContext(r.Context(), "shard registration failed", "request_id",
+				httpapi.RequestID(r.Context()), "err", res.err)
+		}
+		st.write(errorFrame(res.err, status))
+		return res.err
+	}
+	st.write(resultFrame(res.inserted))
+	return nil
+}
