@@ -58,4 +58,3 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	_, err = w.Write(b)
 	return err
 }
-

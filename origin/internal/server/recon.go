@@ -16,8 +16,12 @@ import (
 // maxParallelWriters bounds the goroutines one answer is written by.
 const maxParallelWriters = 8
 
-func (s *Server) reconV1(w http.ResponseWriter, r *http.Request) error { return s.reconstruct(w, r, false) }
-func (s *Server) reconV2(w http.ResponseWriter, r *http.Request) error { return s.reconstruct(w, r, true) }
+func (s *Server) reconV1(w http.ResponseWriter, r *http.Request) error {
+	return s.reconstruct(w, r, false)
+}
+func (s *Server) reconV2(w http.ResponseWriter, r *http.Request) error {
+	return s.reconstruct(w, r, true)
+}
 
 // file returns the record of the file in the request path if the token's scope sees it. The
 // empty file (all-zero id) exists in every scope: it has no content to protect.
