@@ -37,35 +37,53 @@ const (
 // n == len(data) < MaxSize: the chunk ends at the end of data only if the stream ends there, and
 // otherwise the caller must call Cut again with more bytes (from the same chunk start). Cut never
 // examines more than MaxSize bytes. Cut(nil) is (0, false).
-func Cut(data []byte) (n int, found bool) {
+func Cut(data []byte) (n int, found bool) { return cut(data, false) }
+
+// LegacyCut is Cut under the boundary rule of xet-core before v1.1.10 (September 2025), which
+// huggingface.js still applies (@huggingface/xetchunk-wasm 0.2.0, used by @huggingface/hub
+// 2.17.5): a gear match is accepted from the first hashed byte on, so a chunk that is not the
+// last may be as short as MinSize-window = 8128 bytes. Current hf_xet and Cut never cut a chunk
+// below MinSize. Both kinds of chunking produce valid uploads; they differ only in some
+// boundaries, and so in file hashes. LegacyCut exists to reproduce and cross-check such uploads.
+func LegacyCut(data []byte) (n int, found bool) { return cut(data, true) }
+
+func cut(data []byte, early bool) (int, bool) {
 	if len(data) >= MaxSize {
 		data = data[:MaxSize]
 	}
-	if len(data) < MinSize {
+	if len(data) <= skip {
 		return len(data), false
 	}
-	if n := scan(data); n > 0 {
+	if !early && len(data) < MinSize {
+		return len(data), false
+	}
+	if n := scan(data, early); n > 0 {
 		return n, true
 	}
 	return len(data), len(data) == MaxSize
 }
 
-// scan runs the gear hash over data (MinSize <= len(data) <= MaxSize) from offset skip and
-// returns the end of the first content-defined boundary, or 0 if there is none.
+// scan runs the gear hash over data (skip < len(data) <= MaxSize; MinSize <= len(data) unless
+// early) from offset skip and returns the end of the first content-defined boundary, or 0 if
+// there is none. With early, matches during the warm-up count too (LegacyCut).
 //
 // The loop is written for speed. The gear step h = h<<1 + T[b] is a serial dependency, so the
 // loop advances h two bytes at a time, h = h<<2 + (T[b0]<<1 + T[b1]), whose right-hand term
 // does not depend on h; the hash after the first byte of each pair is computed beside it only
 // for the boundary test. That halves the critical path (one LEA per two bytes on amd64). Eight
 // bytes are read per iteration with one bounds check.
-func scan(data []byte) int {
+func scan(data []byte, early bool) int {
 	tbl := &gearTable
 	var h uint64
-	// Warm up: bytes skip .. MinSize-2 can never end a chunk (the chunk would be too short).
-	for _, b := range data[skip : MinSize-1 : MinSize-1] {
-		h = h<<1 + tbl[b]
+	// Warm up: under the current rule bytes skip .. MinSize-2 can never end a chunk (it would be
+	// too short).
+	warm := min(len(data), MinSize-1)
+	for i := skip; i < warm; i++ {
+		if h = h<<1 + tbl[data[i]]; early && h&boundaryMask == 0 {
+			return i + 1
+		}
 	}
-	i := MinSize - 1
+	i := warm
 	for ; i+8 <= len(data); i += 8 {
 		p := data[i : i+8 : i+8]
 		t := tbl[p[0]]
@@ -107,10 +125,15 @@ func scan(data []byte) int {
 
 // Boundaries returns the cumulative end offsets of the chunks of data, as if data were a whole
 // stream: the last element is len(data). Empty input has no chunks and returns nil.
-func Boundaries(data []byte) []int {
+func Boundaries(data []byte) []int { return boundaries(data, Cut) }
+
+// LegacyBoundaries is Boundaries under the rule of LegacyCut (huggingface.js chunking).
+func LegacyBoundaries(data []byte) []int { return boundaries(data, LegacyCut) }
+
+func boundaries(data []byte, cut func([]byte) (int, bool)) []int {
 	var ends []int
 	for off := 0; off < len(data); {
-		n, _ := Cut(data[off:])
+		n, _ := cut(data[off:])
 		off += n
 		ends = append(ends, off)
 	}

@@ -35,7 +35,12 @@ func splitMix64(n int, seed uint64) []byte {
 
 // referenceBoundaries is the chunking rule of xet-protocol.md §4 written as plainly as
 // possible: one byte at a time, hash reset at every chunk start, first MinSize-65 bytes skipped.
-func referenceBoundaries(data []byte) []int {
+func referenceBoundaries(data []byte) []int { return referenceRule(data, MinSize) }
+
+// referenceLegacy is the rule of LegacyCut: a match counts from the first hashed byte on.
+func referenceLegacy(data []byte) []int { return referenceRule(data, skip+1) }
+
+func referenceRule(data []byte, minLen int) []int {
 	var ends []int
 	start := 0
 	var h uint64
@@ -43,7 +48,7 @@ func referenceBoundaries(data []byte) []int {
 	for i < len(data) {
 		h = h<<1 + gearTable[data[i]]
 		n := i + 1 - start
-		if n >= MaxSize || (n >= MinSize && h&boundaryMask == 0) {
+		if n >= MaxSize || (n >= minLen && h&boundaryMask == 0) {
 			ends = append(ends, i+1)
 			start, h = i+1, 0
 			i = start + skip
@@ -251,6 +256,44 @@ func TestUpstreamTriggerPatterns(t *testing.T) {
 				t.Errorf("padding %d, %d-byte pieces: %v, want %v", c.Padding, n, got, c.Boundaries)
 			}
 		}
+	}
+}
+
+// TestLegacyRule checks LegacyBoundaries against the reference and against boundaries that
+// huggingface.js (@huggingface/xetchunk-wasm 0.2.0, getChunks) produced for three of the
+// upstream trigger inputs, where it disagrees with xet-core.
+func TestLegacyRule(t *testing.T) {
+	v := loadTriggerVectors(t)
+	jsOutput := map[int][]int{
+		1:  {8191, 16447, 24703, 32959, 41215, 49471, 57727, 65536},
+		12: {8324, 16452, 24704, 32832, 41084, 49212, 57464, 65536},
+		17: {8329, 16457, 24714, 32842, 41099, 49227, 57484, 65536},
+	}
+	differ := 0
+	for _, c := range v.Cases {
+		data := triggerData(v.Pattern, c.Padding, 65536)
+		got := LegacyBoundaries(data)
+		if ref := referenceLegacy(data); !slices.Equal(got, ref) {
+			t.Fatalf("padding %d: LegacyBoundaries %v, reference %v", c.Padding, got, ref)
+		}
+		if want, ok := jsOutput[c.Padding]; ok && !slices.Equal(got, want) {
+			t.Errorf("padding %d: LegacyBoundaries %v, huggingface.js %v", c.Padding, got, want)
+		}
+		if !slices.Equal(got, c.Boundaries) {
+			differ++
+		}
+	}
+	if differ != 13 { // as observed with huggingface.js on these inputs
+		t.Errorf("legacy rule differs from xet-core on %d of 128 trigger inputs, want 13", differ)
+	}
+	for _, seed := range []uint64{0, 1, 2} {
+		data := splitMix64(2<<20, seed)
+		if got, ref := LegacyBoundaries(data), referenceLegacy(data); !slices.Equal(got, ref) {
+			t.Fatalf("seed %d: LegacyBoundaries %v, reference %v", seed, got, ref)
+		}
+	}
+	if n, found := LegacyCut(make([]byte, skip)); n != skip || found {
+		t.Fatalf("LegacyCut of %d zero bytes = %d, %v", skip, n, found)
 	}
 }
 
@@ -478,6 +521,17 @@ func FuzzBoundaries(f *testing.F) {
 		}
 		if prev != len(data) {
 			t.Fatalf("boundaries end at %d of %d", prev, len(data))
+		}
+		legacy := LegacyBoundaries(data)
+		if ref := referenceLegacy(data); !slices.Equal(legacy, ref) {
+			t.Fatalf("LegacyBoundaries %v differs from reference %v", legacy, ref)
+		}
+		prev = 0
+		for i, e := range legacy {
+			if n := e - prev; n <= 0 || n > MaxSize || (n <= skip && i != len(legacy)-1) {
+				t.Fatalf("legacy chunk %d has length %d", i, n)
+			}
+			prev = e
 		}
 		got := streamBoundaries(t, &pieceReader{data, int(piece)%4096 + 1}, data)
 		if !slices.Equal(got, want) {
