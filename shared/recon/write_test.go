@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -57,6 +58,9 @@ func (r *jRange) ok() bool { return r != nil && r.Start != nil && r.End != nil }
 // and the answer's terms and ranges reproduced.
 func checkV2(t *testing.T, body []byte, a *Answer, max int) {
 	t.Helper()
+	if _, err := wire.DecodeV2(body); err != nil {
+		t.Fatalf("v2 fails the client rules: %v\n%s", err, clipBody(body))
+	}
 	var v jV2
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("v2 does not decode: %v\n%s", err, clipBody(body))
@@ -117,6 +121,13 @@ func checkV2(t *testing.T, body []byte, a *Answer, max int) {
 
 func checkV1(t *testing.T, body []byte, a *Answer) {
 	t.Helper()
+	var w wire.QueryReconstructionResponse
+	if err := json.Unmarshal(body, &w); err != nil {
+		t.Fatalf("v1 does not decode: %v", err)
+	}
+	if err := w.ToV2().Validate(); err != nil {
+		t.Fatalf("v1 fails the client rules: %v", err)
+	}
 	var v jV1
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("v1 does not decode: %v", err)

@@ -1,0 +1,135 @@
+package recon
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+)
+
+// The worst-case file of the task: 1,000 xorbs x 1,024 chunks, 100,000 terms of ~10 chunks.
+// "interleaved": consecutive terms are in different xorbs, so nothing merges (100,000 fetch
+// ranges, 1,000 URLs at 100 ranges each). "merged": each xorb's terms are adjacent in the file and
+// merge into one range per xorb.
+const (
+	benchXorbs  = 1000
+	benchChunks = 1024
+	benchTerms  = 100_000
+)
+
+func benchSigner(b *testing.B) *urlsign.Signer {
+	s, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.example.org", Key: bytes.Repeat([]byte{1}, 32), TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchRanges returns n random closed ranges inside size bytes (varied lengths).
+func benchRanges(size uint64, n int) []httprange.Range {
+	r := rand.New(rand.NewPCG(8, 9))
+	out := make([]httprange.Range, n)
+	for i := range out {
+		s := r.Uint64N(size)
+		out[i] = httprange.Range{Start: s, End: s + r.Uint64N(size-s)}
+	}
+	return out
+}
+
+func BenchmarkPlanWriteV2(b *testing.B) {
+	s := benchSigner(b)
+	for _, shape := range []struct {
+		name        string
+		interleaved bool
+	}{{"interleaved", true}, {"merged", false}} {
+		rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, shape.interleaved)
+		ranges := benchRanges(rec.Size, 64)
+		for _, mode := range []struct {
+			name    string
+			ranged  bool
+			workers int
+		}{{"whole", false, 1}, {"whole-2workers", false, 2}, {"range", true, 1}} {
+			b.Run(shape.name+"/"+mode.name, func(b *testing.B) {
+				enc := Encoder{Workers: mode.workers}
+				var written int64
+				i := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					var rng *httprange.Range
+					if mode.ranged {
+						rng = &ranges[i%len(ranges)]
+						i++
+					}
+					a, err := Plan(rec, rng, ls.get)
+					if err != nil {
+						b.Fatal(err)
+					}
+					cw := countWriter{}
+					if err := enc.WriteV2(&cw, a, s); err != nil {
+						b.Fatal(err)
+					}
+					written += cw.n
+				}
+				b.SetBytes(written / int64(max(b.N, 1)))
+			})
+		}
+	}
+}
+
+// BenchmarkPlan and BenchmarkWriteV2 split the whole-file interleaved case into its halves.
+func BenchmarkPlan(b *testing.B) {
+	rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, true)
+	b.SetBytes(int64(rec.Size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Plan(rec, nil, ls.get); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWriteV2(b *testing.B) {
+	rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, true)
+	a, err := Plan(rec, nil, ls.get)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := benchSigner(b)
+	cw := countWriter{}
+	if err := WriteV2(&cw, a, s); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(cw.n)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := WriteV2(io.Discard, a, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnmarshalFileRecord(b *testing.B) {
+	rec, _ := bigAnswer(b, benchXorbs, benchChunks, benchTerms, true)
+	data, err := rec.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := UnmarshalFileRecord(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
+}
