@@ -1,0 +1,918 @@
+// Package interop runs the stock Xet clients — hf_xet 1.8.0 (Python) and huggingface.js
+// @huggingface/hub 2.17.5 — unmodified against the xetcdn binaries, through the driver scripts in
+// this directory (README.md says how each client is pointed at a self-hosted CAS).
+//
+// TestInterop builds cmd/xet-origin (and cmd/xet-edge once it exists), starts a fresh origin per
+// backend (embedded SQLite + local disk; Postgres + MinIO), uploads files of 0 B, 1 B, 1 MiB and a
+// large random file with each client, downloads every file with both clients whole and by ranges,
+// byte-exact, checks that a near-duplicate upload sends far fewer xorb bytes, and that a read token
+// of another scope sees nothing. Without the client variables of internal/testenv it skips, except
+// under CI, where it fails. -short shrinks the large files.
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
+)
+
+// Sizes of the generated files. The large file is meant to span several xorbs (a xorb holds at
+// most 64 MiB); the base file is the one a near-duplicate is derived from.
+const (
+	bigSize        = 200 << 20
+	bigSizeShort   = 12 << 20
+	baseSize       = 24 << 20
+	baseSizeShort  = 6 << 20
+	similarPatch   = 4 << 10 // bytes changed in the middle of the base file
+	scope          = "models/acme/interop"
+	otherScope     = "models/acme/elsewhere"
+	driverTimeout  = 10 * time.Minute
+	startupTimeout = 60 * time.Second
+)
+
+// fixture is a local file a client uploads.
+type fixture struct {
+	name   string
+	path   string
+	size   int64
+	sha256 string
+}
+
+// uploaded is a fixture after a client registered it with the origin.
+type uploaded struct {
+	fixture
+	by   string // client that uploaded it
+	hash string // xet file hash, protocol string form
+}
+
+func TestInterop(t *testing.T) {
+	python := testenv.Require(t, testenv.Python)
+	nodeDir := testenv.Require(t, testenv.NodeModules)
+	root := moduleRoot(t)
+	if !hasGoFiles(filepath.Join(root, "cmd", "xet-origin")) {
+		t.Skip("cmd/xet-origin has no Go files yet: nothing to test against")
+	}
+	bins := buildBinaries(t, root)
+	clients := []*client{hfxetClient(python, root), hfjsClient(t, nodeDir, root)}
+
+	big, base := int64(bigSize), int64(baseSize)
+	if testing.Short() {
+		big, base = bigSizeShort, baseSizeShort
+	}
+	files := make(map[string][]fixture) // per uploading client: its own random content
+	for i, c := range clients {
+		files[c.name] = makeFixtures(t, t.TempDir(), uint64(i+1), big, base)
+	}
+
+	backends := []struct {
+		name  string
+		setup func(t *testing.T) backend
+	}{
+		{"embedded", func(*testing.T) backend { return backend{} }},
+		{"postgres-minio", postgresMinIO},
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			o := startOrigin(t, bins.origin, be.setup(t))
+			runScenarios(t, o, bins, clients, files)
+		})
+	}
+}
+
+// runScenarios is the whole matrix against one running origin.
+func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, files map[string][]fixture) {
+	write := o.token(t, scope, "write")
+	read := o.token(t, scope, "read")
+	otherRead := o.token(t, otherScope, "read")
+
+	var all []uploaded
+	for _, up := range clients {
+		fx := files[up.name]
+		t.Run("upload/"+up.name, func(t *testing.T) {
+			// The big file and the three small ones go in one call (one commit for hf_xet).
+			got := up.upload(t, o.env, o.writeAuth(write, up.viaHub), pick(fx, "empty", "one", "mib", "big")...)
+			all = appendUploads(all, got)
+		})
+		t.Run("dedup/"+up.name, func(t *testing.T) {
+			m0 := o.xorbIngestBytes(t)
+			first := up.upload(t, o.env, o.writeAuth(write, up.viaHub), pick(fx, "base")...)
+			m1 := o.xorbIngestBytes(t)
+			second := up.upload(t, o.env, o.writeAuth(write, up.viaHub), pick(fx, "similar")...)
+			m2 := o.xorbIngestBytes(t)
+			all = appendUploads(appendUploads(all, first), second)
+			baseBytes, similarBytes := m1-m0, m2-m1
+			t.Logf("%s: xorb bytes ingested: base %d (%d B file), similar %d; client reported %d then %d",
+				up.name, baseBytes, first[0].size, similarBytes, first[0].clientXorbBytes, second[0].clientXorbBytes)
+			if baseBytes < first[0].size/2 {
+				t.Errorf("origin ingested %d xorb bytes for a %d B random file: counter does not count xorb uploads",
+					baseBytes, first[0].size)
+			}
+			if similarBytes*4 > baseBytes {
+				t.Errorf("near-duplicate upload ingested %d xorb bytes, base upload %d: dedup saved too little",
+					similarBytes, baseBytes)
+			}
+			if c1, c2 := first[0].clientXorbBytes, second[0].clientXorbBytes; c1 >= 0 && c2*4 > c1 {
+				t.Errorf("client sent %d xorb bytes for the near-duplicate, %d for the base", c2, c1)
+			}
+		})
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The two clients must agree on the file hash of the same bytes (and the origin must accept a
+	// shard registering a file whose xorbs another client uploaded).
+	t.Run("same-hash", func(t *testing.T) {
+		f := find(t, all, clients[0].name, "mib")
+		for _, c := range clients[1:] {
+			got := c.upload(t, o.env, o.writeAuth(write, c.viaHub), f.fixture)
+			if got[0].hash != f.hash {
+				t.Errorf("%s hashed %s to %s, %s to %s", clients[0].name, f.name, f.hash, c.name, got[0].hash)
+			}
+		}
+	})
+
+	origin := endpoints{name: "origin", url: o.url, hub: o.url}
+	for _, f := range all {
+		for _, down := range clients {
+			t.Run(fmt.Sprintf("download/origin/%s->%s/%s", f.by, down.name, f.name), func(t *testing.T) {
+				checkDownloads(t, down, o.env, origin.readAuth(read, down.viaHub), f)
+			})
+		}
+	}
+
+	t.Run("other-scope", func(t *testing.T) {
+		f := find(t, all, clients[0].name, "mib")
+		for _, path := range []string{"/v2/reconstructions/", "/v1/reconstructions/"} {
+			if st := httpStatus(t, o.url+path+f.hash, otherRead); st != http.StatusNotFound {
+				t.Errorf("GET %s with a read token of %s: status %d, want 404", path, otherScope, st)
+			}
+		}
+		if st := httpStatus(t, o.url+"/v2/reconstructions/"+f.hash, ""); st != http.StatusUnauthorized {
+			t.Errorf("GET /v2/reconstructions without a token: status %d, want 401", st)
+		}
+		for _, down := range clients {
+			out := filepath.Join(t.TempDir(), "out")
+			err := down.download(t, o.env, auth{endpoint: o.url, token: otherRead}, f.hash, f.size, nil, out)
+			if err == nil {
+				t.Errorf("%s downloaded %s with a read token of %s", down.name, f.name, otherScope)
+			} else if !strings.Contains(err.Error(), "404") {
+				t.Logf("%s failed as it should, though without naming a 404: %v", down.name, err)
+			}
+		}
+	})
+
+	if bins.edge == "" {
+		t.Log("cmd/xet-edge has no Go files yet: edge scenarios not run")
+		return
+	}
+	t.Run("edge", func(t *testing.T) {
+		e := startEdge(t, bins.edge, o)
+		eps := []endpoints{{name: "edge-http", url: e.httpURL, hub: o.url}}
+		if e.caFile != "" {
+			eps = append(eps, endpoints{name: "edge-tls", url: e.tlsURL, hub: o.url, caFile: e.caFile})
+		} else {
+			t.Log("no self-signed certificate found in the edge data dir: TLS downloads not run")
+		}
+		for _, ep := range eps {
+			for _, f := range all {
+				for _, down := range clients {
+					t.Run(fmt.Sprintf("%s/%s->%s/%s", ep.name, f.by, down.name, f.name), func(t *testing.T) {
+						// Through the edge the CAS URL is the edge's, so the token goes to the
+						// client directly rather than through the origin's token route.
+						checkDownloads(t, down, ep.env(o.env), ep.readAuth(read, false), f)
+					})
+				}
+			}
+		}
+	})
+}
+
+// checkDownloads downloads f whole and by a few ranges with c, comparing every byte.
+func checkDownloads(t *testing.T, c *client, env []string, a auth, f uploaded) {
+	t.Helper()
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole")
+	if err := c.download(t, env, a, f.hash, f.size, nil, whole); err != nil {
+		t.Fatalf("whole download: %v", err)
+	}
+	sameBytes(t, f.path, 0, f.size, whole)
+	for i, r := range ranges(f.size) {
+		out := filepath.Join(dir, fmt.Sprintf("range%d", i))
+		if err := c.download(t, env, a, f.hash, f.size, &r, out); err != nil {
+			t.Errorf("range %d-%d: %v", r[0], r[1], err)
+			continue
+		}
+		sameBytes(t, f.path, r[0], r[1]-r[0]+1, out)
+	}
+}
+
+// ranges lists inclusive byte ranges worth reading from a file of size n: the edges, a middle
+// third, a window across several chunk boundaries, and one across the first xorb boundary.
+func ranges(n int64) [][2]int64 {
+	if n < 2 {
+		return nil
+	}
+	rs := [][2]int64{{0, 0}, {n - 1, n - 1}, {n / 3, 2 * n / 3}}
+	if n > 1<<20 {
+		rs = append(rs, [2]int64{n/2 - 5000, n/2 + 300_000})
+	}
+	if n > 64<<20 {
+		rs = append(rs, [2]int64{64<<20 - 100_000, 64<<20 + 100_000})
+	}
+	return rs
+}
+
+// ---- clients -------------------------------------------------------------------------------
+
+// client runs one driver script.
+type client struct {
+	name   string
+	argv   []string // interpreter and script
+	viaHub bool     // whether its uploads fetch the CAS token from the origin's token route
+}
+
+// auth says where a driver sends its requests and with which token.
+type auth struct {
+	endpoint, token string
+	hub, repo       string // set: get the CAS token from the Hub-compatible token route
+}
+
+// result is one line of a driver's upload output.
+type result struct {
+	Path     string  `json:"path"`
+	FileHash string  `json:"file_hash"`
+	Size     int64   `json:"size"`
+	SHA256   *string `json:"sha256"`
+	// huggingface.js driver: bytes it POSTed to /v1/xorbs.
+	XorbBytesPosted *int64 `json:"xorb_bytes_posted"`
+}
+
+// uploadResult is an uploaded file plus the xorb bytes the client says it sent for the call
+// (-1 when it does not say).
+type uploadResult struct {
+	uploaded
+	clientXorbBytes int64
+}
+
+func hfxetClient(python, root string) *client {
+	return &client{name: "hfxet", argv: []string{python, filepath.Join(root, "test", "interop", "hfxet_driver.py")}}
+}
+
+// hfjsClient runs the node driver from a temp dir whose node_modules links to the one in nodeDir:
+// ES modules resolve packages from the script's own location, never from NODE_PATH.
+func hfjsClient(t *testing.T, nodeDir, root string) *client {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found: %v", err)
+	}
+	mods, err := filepath.Abs(filepath.Join(nodeDir, "node_modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mods, "@huggingface", "hub", "package.json")); err != nil {
+		t.Fatalf("%s=%s has no node_modules/@huggingface/hub: %v", testenv.NodeModules, nodeDir, err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "test", "interop", "hfjs_driver.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "hfjs_driver.mjs")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &client{name: "hfjs", argv: []string{node, script}, viaHub: true}
+}
+
+// run executes the driver; the error carries the driver's stderr.
+func (c *client) run(t *testing.T, env []string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), driverTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w\n%s", c.name, args[0], err, tail(stderr.String(), 40))
+	}
+	if testing.Verbose() {
+		t.Logf("%s %s took %v", c.name, args[0], time.Since(start).Round(time.Millisecond))
+	}
+	return stdout.Bytes(), nil
+}
+
+func (a auth) args() []string {
+	args := []string{"--endpoint", a.endpoint, "--token", a.token}
+	if a.hub != "" {
+		args = append(args, "--hub", a.hub, "--repo", a.repo)
+	}
+	return args
+}
+
+// upload sends fx in one driver call and checks what the driver reports against the local files.
+func (c *client) upload(t *testing.T, env []string, a auth, fx ...fixture) []uploadResult {
+	t.Helper()
+	args := append([]string{"upload"}, a.args()...)
+	report := ""
+	if c.name == "hfxet" {
+		report = filepath.Join(t.TempDir(), "report.json")
+		args = append(args, "--report", report)
+	}
+	for _, f := range fx {
+		args = append(args, f.path)
+	}
+	out, err := c.run(t, env, args...)
+	if err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	hexHash := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	var res []uploadResult
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for i := 0; sc.Scan(); i++ {
+		var r result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("upload output line %q: %v", sc.Text(), err)
+		}
+		if i >= len(fx) {
+			t.Fatalf("upload printed more lines than files: %q", out)
+		}
+		f := fx[i]
+		if r.Path != f.path || r.Size != f.size {
+			t.Errorf("upload line %d: path %q size %d, want %q size %d", i, r.Path, r.Size, f.path, f.size)
+		}
+		if !hexHash.MatchString(r.FileHash) {
+			t.Errorf("%s: file hash %q is not 64 hex digits", f.name, r.FileHash)
+		}
+		if r.SHA256 != nil && *r.SHA256 != f.sha256 {
+			t.Errorf("%s: client sha256 %s, want %s", f.name, *r.SHA256, f.sha256)
+		}
+		xb := int64(-1)
+		if r.XorbBytesPosted != nil {
+			xb = *r.XorbBytesPosted
+		}
+		res = append(res, uploadResult{uploaded: uploaded{fixture: f, by: c.name, hash: r.FileHash}, clientXorbBytes: xb})
+	}
+	if len(res) != len(fx) {
+		t.Fatalf("upload printed %d lines for %d files: %q", len(res), len(fx), out)
+	}
+	if report != "" {
+		var rep struct {
+			Dedup struct {
+				XorbBytesUploaded int64 `json:"xorb_bytes_uploaded"`
+			} `json:"dedup"`
+		}
+		b, err := os.ReadFile(report)
+		if err == nil {
+			err = json.Unmarshal(b, &rep)
+		}
+		if err != nil {
+			t.Fatalf("hf_xet report: %v", err)
+		}
+		for i := range res {
+			res[i].clientXorbBytes = rep.Dedup.XorbBytesUploaded
+		}
+	}
+	return res
+}
+
+// download fetches file hash (size bytes), or the inclusive range r of it, into out.
+func (c *client) download(t *testing.T, env []string, a auth, hash string, size int64, r *[2]int64, out string) error {
+	t.Helper()
+	args := append([]string{"download"}, a.args()...)
+	args = append(args, "--hash", hash, "--size", strconv.FormatInt(size, 10), "-o", out)
+	if r != nil {
+		args = append(args, "--range", fmt.Sprintf("%d-%d", r[0], r[1]))
+	}
+	_, err := c.run(t, env, args...)
+	return err
+}
+
+// ---- the servers ---------------------------------------------------------------------------
+
+type binaries struct{ origin, edge string }
+
+// buildBinaries builds the origin, and the edge when its directory has Go files.
+func buildBinaries(t *testing.T, root string) binaries {
+	t.Helper()
+	dir := t.TempDir()
+	b := binaries{origin: filepath.Join(dir, "xet-origin")}
+	build := func(out, pkg string) {
+		cmd := exec.CommandContext(t.Context(), goTool(), "build", "-o", out, pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	build(b.origin, "./cmd/xet-origin")
+	if hasGoFiles(filepath.Join(root, "cmd", "xet-edge")) {
+		b.edge = filepath.Join(dir, "xet-edge")
+		build(b.edge, "./cmd/xet-edge")
+	}
+	return b
+}
+
+// backend is how an origin stores its state: zero value = embedded defaults.
+type backend struct {
+	config []byte   // JSON config file content, nil for none
+	env    []string // secrets for the origin process
+}
+
+// postgresMinIO gives the origin a fresh database and a fresh bucket on the test services, and
+// drops both when the test ends.
+func postgresMinIO(t *testing.T) backend {
+	dsn := testenv.Require(t, testenv.PostgresDSN)
+	s3 := testenv.RequireS3(t)
+	suffix := randomSuffix(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	db := "interop_" + suffix
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	admin.Close(ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, dsn); err == nil {
+			if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
+				t.Logf("drop database %s: %v", db, err)
+			}
+			c.Close(ctx)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("%s must be a postgres:// URL: %q", testenv.PostgresDSN, dsn)
+	}
+	u.Path = "/" + db
+
+	mc, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	if err != nil {
+		t.Fatalf("minio: %v", err)
+	}
+	bucket := "interop-" + strings.ReplaceAll(suffix, "_", "-")
+	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("make bucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+		objs := mc.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true})
+		for e := range mc.RemoveObjects(ctx, bucket, objs, minio.RemoveObjectsOptions{}) {
+			t.Logf("remove object %s: %v", e.ObjectName, e.Err)
+		}
+		if err := mc.RemoveBucket(ctx, bucket); err != nil {
+			t.Logf("remove bucket %s: %v", bucket, err)
+		}
+	})
+
+	cfg, err := json.Marshal(map[string]any{
+		"index":   map[string]any{"driver": "postgres"},
+		"objects": map[string]any{"driver": "s3", "endpoint": s3.Endpoint, "bucket": bucket},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backend{
+		config: cfg,
+		env: []string{
+			"XETCDN_POSTGRES_DSN=" + u.String(),
+			"XETCDN_S3_ACCESS_KEY=" + s3.AccessKey,
+			"XETCDN_S3_SECRET_KEY=" + s3.SecretKey,
+		},
+	}
+}
+
+// process is a server binary the test started; it is stopped (SIGTERM, then SIGKILL) at cleanup
+// and its log is printed when the test failed.
+type process struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func startProcess(t *testing.T, name string, env []string, bin string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &process{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); lf.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s log (tail):\n%s", name, tail(string(b), 80))
+		}
+	})
+	return p
+}
+
+// waitHealthy polls url until it answers 200, the process exits, or the startup timeout passes.
+func (p *process) waitHealthy(t *testing.T, url string, client *http.Client) {
+	t.Helper()
+	deadline := time.NewTimer(startupTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if resp, err := client.Get(url); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("server exited before %s answered: %v\n%s", url, err, tail(string(b), 40))
+		case <-deadline.C:
+			t.Fatalf("%s not healthy after %v", url, startupTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+type origin struct {
+	*process
+	bin, dataDir string
+	url, admin   string
+	env          []string // for the clients: their own cache dir for this server, fast retries
+}
+
+func startOrigin(t *testing.T, bin string, be backend) *origin {
+	t.Helper()
+	dir := t.TempDir()
+	o := &origin{
+		bin:     bin,
+		dataDir: filepath.Join(dir, "data"),
+		url:     "http://" + freeAddr(t),
+		admin:   "http://" + freeAddr(t),
+		env: []string{
+			// hf_xet dedups against a local shard cache; one per server keeps a second server
+			// from being sent shards that reference xorbs only the first one has.
+			"HF_XET_CACHE=" + filepath.Join(dir, "hf-xet-cache"),
+			"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS=2",
+			"HF_XET_CLIENT_RETRY_BASE_DELAY=300ms",
+		},
+	}
+	args := []string{"--data-dir", o.dataDir, "--listen", strings.TrimPrefix(o.url, "http://"),
+		"--admin-listen", strings.TrimPrefix(o.admin, "http://")}
+	if be.config != nil {
+		cfg := filepath.Join(dir, "origin.json")
+		if err := os.WriteFile(cfg, be.config, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", cfg)
+	}
+	o.process = startProcess(t, "xet-origin", be.env, bin, args...)
+	o.waitHealthy(t, o.url+"/healthz", http.DefaultClient)
+	return o
+}
+
+// token mints a token with `xet-origin token`.
+func (o *origin) token(t *testing.T, scope, access string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), o.bin, "token", "--data-dir", o.dataDir, "--scope", scope, "--access", access)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("xet-origin token --scope %s --access %s: %v\n%s", scope, access, err, stderr.String())
+	}
+	tok := strings.TrimSpace(string(out))
+	if tok == "" || strings.ContainsAny(tok, " \n") {
+		t.Fatalf("xet-origin token printed %q, want one token", out)
+	}
+	return tok
+}
+
+// writeAuth points an uploader at the origin, through the token route when viaHub.
+func (o *origin) writeAuth(tok string, viaHub bool) auth {
+	a := auth{endpoint: o.url, token: tok}
+	if viaHub {
+		a.hub, a.repo = o.url, scope
+	}
+	return a
+}
+
+// xorbIngestBytes reads the origin's counter of accepted xorb bytes.
+func (o *origin) xorbIngestBytes(t *testing.T) int64 {
+	t.Helper()
+	resp, err := http.Get(o.admin + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	const name = "xet_origin_ingest_bytes_total"
+	var total float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, `kind="xorb"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		total += v
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	if !found {
+		// A counter vector has no series before its first observation.
+		return 0
+	}
+	return int64(total)
+}
+
+// endpoints is where downloads go: the origin itself, or an edge.
+type endpoints struct {
+	name, url, hub string
+	caFile         string // self-signed certificate the clients must trust
+}
+
+func (e endpoints) readAuth(tok string, viaHub bool) auth {
+	a := auth{endpoint: e.url, token: tok}
+	if viaHub {
+		a.hub, a.repo = e.hub, scope
+	}
+	return a
+}
+
+// env adds the certificate to both clients' trust: rustls-platform-verifier (hf_xet) reads
+// SSL_CERT_FILE, node reads NODE_EXTRA_CA_CERTS.
+func (e endpoints) env(base []string) []string {
+	if e.caFile == "" {
+		return base
+	}
+	return append(append([]string(nil), base...), "SSL_CERT_FILE="+e.caFile, "NODE_EXTRA_CA_CERTS="+e.caFile)
+}
+
+type edge struct {
+	*process
+	tlsURL, httpURL string
+	caFile          string
+}
+
+// startEdge starts an edge in front of o. Its TLS certificate is self-signed; the first PEM
+// certificate found in its data dir is taken as the one to trust.
+func startEdge(t *testing.T, bin string, o *origin) *edge {
+	t.Helper()
+	dir := t.TempDir()
+	tlsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	e := &edge{tlsURL: "https://" + tlsAddr, httpURL: "http://" + httpAddr}
+	e.process = startProcess(t, "xet-edge", nil, bin, "--origin", o.url, "--origin-token", o.token(t, scope, "edge"),
+		"--data-dir", dir, "--listen", tlsAddr, "--http-listen", httpAddr)
+	e.waitHealthy(t, e.httpURL+"/healthz", http.DefaultClient)
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || e.caFile != "" {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte("-----BEGIN CERTIFICATE-----")) {
+			e.caFile = path
+		}
+		return nil
+	})
+	return e
+}
+
+// ---- fixtures and checks -------------------------------------------------------------------
+
+// makeFixtures writes the files one client uploads; seed makes each client's content its own.
+func makeFixtures(t *testing.T, dir string, seed uint64, big, base int64) []fixture {
+	t.Helper()
+	rng := mrand.NewChaCha8([32]byte{byte(seed)})
+	var fx []fixture
+	add := func(name string, size int64, patch func([]byte)) {
+		buf := make([]byte, size)
+		_, _ = rng.Read(buf)
+		if patch != nil {
+			patch(buf)
+		}
+		p := filepath.Join(dir, name+".bin")
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(buf)
+		fx = append(fx, fixture{name: name, path: p, size: size, sha256: hex.EncodeToString(sum[:])})
+	}
+	add("empty", 0, nil)
+	add("one", 1, nil)
+	add("mib", 1<<20, nil)
+	add("big", big, nil)
+	var baseBytes []byte
+	add("base", base, func(b []byte) { baseBytes = b })
+	add("similar", base, func(b []byte) {
+		copy(b, baseBytes)
+		_, _ = rng.Read(b[base/2 : base/2+similarPatch])
+	})
+	return fx
+}
+
+func appendUploads(all []uploaded, rs []uploadResult) []uploaded {
+	for _, r := range rs {
+		all = append(all, r.uploaded)
+	}
+	return all
+}
+
+func pick(fx []fixture, names ...string) []fixture {
+	var out []fixture
+	for _, n := range names {
+		for _, f := range fx {
+			if f.name == n {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+func find(t *testing.T, all []uploaded, by, name string) uploaded {
+	t.Helper()
+	for _, f := range all {
+		if f.by == by && f.name == name {
+			return f
+		}
+	}
+	t.Fatalf("no upload of %s by %s", name, by)
+	return uploaded{}
+}
+
+// sameBytes checks that file got holds exactly bytes [off, off+n) of file want.
+func sameBytes(t *testing.T, want string, off, n int64, got string) {
+	t.Helper()
+	wf, err := os.Open(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wf.Close()
+	gf, err := os.Open(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Close()
+	st, err := gf.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != n {
+		t.Errorf("%s: %d bytes, want %d (bytes %d-%d of %s)", filepath.Base(got), st.Size(), n, off, off+n-1, filepath.Base(want))
+		return
+	}
+	wr := io.NewSectionReader(wf, off, n)
+	wb, gb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for pos := int64(0); pos < n; {
+		k := min(int64(len(wb)), n-pos)
+		if _, err := io.ReadFull(wr, wb[:k]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(gf, gb[:k]); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(wb[:k], gb[:k]) {
+			i := 0
+			for wb[i] == gb[i] {
+				i++
+			}
+			t.Errorf("%s differs from %s at byte %d of the range starting at %d", filepath.Base(got), filepath.Base(want), pos+int64(i), off)
+			return
+		}
+		pos += k
+	}
+}
+
+// httpStatus GETs url with the bearer token (none when empty) and returns the status.
+func httpStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// ---- small helpers -------------------------------------------------------------------------
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the test source")
+	}
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root %s: %v", root, err)
+	}
+	return root
+}
+
+func hasGoFiles(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	return len(m) > 0
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func randomSuffix(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
