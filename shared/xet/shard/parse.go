@@ -166,6 +166,8 @@ func scan(b []byte) (counts, error) {
 
 // decode fills a Shard from records scan has validated. All terms, verification hashes, sha256
 // values and chunks live in one slice each, sub-sliced per file and xorb with capped capacity.
+// Terms and Chunks are nil when empty; Verification is non-nil (possibly empty) iff the file
+// has the verification flag.
 func decode(b []byte, c *counts) *Shard {
 	s := &Shard{}
 	if c.files > 0 {
@@ -187,8 +189,10 @@ func decode(b []byte, c *counts) *Shard {
 		copy(f.Hash[:], rec[:32])
 		flags, n := le32(rec[32:]), int(le32(rec[36:]))
 		off += RecordSize
-		f.Terms = terms[:n:n]
-		terms = terms[n:]
+		if n > 0 {
+			f.Terms = terms[:n:n]
+			terms = terms[n:]
+		}
 		for j := range f.Terms {
 			t := &f.Terms[j]
 			rec := b[off : off+RecordSize]
@@ -228,8 +232,10 @@ func decode(b []byte, c *counts) *Shard {
 		x.RawBytes = le32(rec[40:])
 		x.BytesOnDisk = le32(rec[44:])
 		off += RecordSize
-		x.Chunks = chunks[:n:n]
-		chunks = chunks[n:]
+		if n > 0 {
+			x.Chunks = chunks[:n:n]
+			chunks = chunks[n:]
+		}
 		for j := range x.Chunks {
 			ch := &x.Chunks[j]
 			rec := b[off : off+RecordSize]
