@@ -95,6 +95,12 @@ func (st *frameStream) run(done <-chan shardOutcome) shardOutcome {
 	for {
 		select {
 		case o := <-done:
+			st.mu.Lock()
+			f := st.last
+			st.mu.Unlock()
+			if f != nil && !st.started {
+				st.write(f) // the work had begun reporting: its outcome is a frame too
+			}
 			return o
 		case <-st.notify:
 		case <-t.C:

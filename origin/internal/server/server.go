@@ -108,14 +108,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := append([]httpapi.Rule{
-		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
-		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
-		{Err: ingest.ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
-		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
-		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},
-		{Err: recon.ErrTermMismatch, Status: http.StatusInternalServerError, Code: "internal"},
-	}, o.ErrorRules...)
+	rules := append(baseRules(), o.ErrorRules...)
 	s := &Server{
 		cfg:  o.Config,
 		idx:  o.Index,
@@ -135,6 +128,18 @@ func New(o Options) (*Server, error) {
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
 	s.routes()
 	return s, nil
+}
+
+// baseRules map the origin's own sentinels to HTTP answers.
+func baseRules() []httpapi.Rule {
+	return []httpapi.Rule{
+		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
+		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
+		{Err: ingest.ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
+		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
+		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},
+		{Err: recon.ErrTermMismatch, Status: http.StatusInternalServerError, Code: "internal"},
+	}
 }
 
 // Handler is the main listener's handler.
