@@ -1,6 +1,3 @@
-// Package shard parses and writes Xet shards (xet-protocol.md §8): upload bodies (no footer, with
-// verification entries and optional sha256 metadata) and global-dedup answers (empty file section,
-// footer with expiry and HMAC key). It does no I/O beyond the reader/writer it is handed.
 package shard
 
 import "github.com/xetcdn/xetcdn/shared/xet/hash"
