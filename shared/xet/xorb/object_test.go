@@ -319,7 +319,7 @@ func TestBuilderRetest(t *testing.T) {
 }
 
 func FuzzParseObject(f *testing.F) {
-	body, l := buildBody(f, Auto, textLike(3000, 1), floatLike(2000, 2), []byte("tail"))
+	body, l := buildBody(f, Auto, textLike(300, 1), floatLike(200, 2), []byte("tail"))
 	f.Add(AppendFooter(bytes.Clone(body), l, 7))
 	f.Add(appendFooterV0(bytes.Clone(body), l))
 	f.Add(unhex(f, "000b0000000b000068656c6c6f20776f726c64"))
@@ -343,7 +343,7 @@ func FuzzParseObject(f *testing.F) {
 }
 
 func FuzzUnmarshalLayout(f *testing.F) {
-	_, l := buildBody(f, Auto, textLike(3000, 1), floatLike(2000, 2), []byte("tail"))
+	_, l := buildBody(f, Auto, textLike(300, 1), floatLike(200, 2), []byte("tail"))
 	b, _ := l.MarshalBinary()
 	f.Add(b)
 	f.Add(b[:37])

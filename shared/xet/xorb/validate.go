@@ -100,7 +100,7 @@ func validateSerial(body []byte) (*Layout, int, error) {
 	}
 	var dec Decoder
 	hasher := hash.NewChunker()
-	scratch := make([]byte, 0, MaxChunkRaw)
+	var scratch []byte // grows to the largest chunk, at most MaxChunkRaw
 	leaves := make([]hash.Leaf, 0, c)
 	pos, raw := 0, uint64(0)
 	for {
@@ -115,6 +115,7 @@ func validateSerial(body []byte) (*Layout, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("chunk %d at offset %d: %w", len(leaves), pos, err)
 		}
+		scratch = out
 		ch := hasher.Sum(out)
 		pos += h.Size()
 		raw += uint64(h.RawLen)
@@ -171,7 +172,7 @@ func validateParallel(body []byte, workers int) (*Layout, int, error) {
 			defer wg.Done()
 			var dec Decoder
 			hasher := hash.NewChunker()
-			scratch := make([]byte, 0, MaxChunkRaw)
+			var scratch []byte
 			for !failed.Load() {
 				b := int(next.Add(1) - 1)
 				if b*chunkBatch >= n {
@@ -189,6 +190,7 @@ func validateParallel(body []byte, workers int) (*Layout, int, error) {
 						failed.Store(true)
 						return
 					}
+					scratch = out
 					hashes[i] = hasher.Sum(out)
 				}
 			}
