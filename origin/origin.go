@@ -1,0 +1,106 @@
+// Package origin assembles the xetcdn origin from its internal packages for cmd/xet-origin:
+// configuration, keys, backends (index and object store), the HTTP server and its lifecycle.
+package origin
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/origin/internal/backend"
+	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/keys"
+	"github.com/xetcdn/xetcdn/origin/internal/server"
+	"github.com/xetcdn/xetcdn/shared/auth"
+)
+
+// Run loads the configuration from args (flags, --config file) and getenv (secrets), serves
+// until ctx is cancelled, then drains in-flight requests and closes the backends. Metrics are
+// registered on reg and served, with pprof, on the admin listener.
+func Run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger, reg *prometheus.Registry) error {
+	cfg, err := config.Load(args, getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.DevNoAuth {
+		log.Warn("authentication is DISABLED (--dev-no-auth): anyone can read and write")
+	}
+	k, err := keys.Load(cfg.Auth.KeyDir, nil, true)
+	if err != nil {
+		return err
+	}
+	b, err := backend.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer b.Close() // runs after Serve returned: no request uses the backends any more
+	srv, err := server.New(server.Options{Config: cfg, Index: b.Index, Objects: b.Objects, Keys: k,
+		Log: log, Registerer: reg, ErrorRules: backend.ErrorRules()})
+	if err != nil {
+		return err
+	}
+	lns, err := server.Listen(cfg.Listen, cfg.AdminListen)
+	if err != nil {
+		return err
+	}
+	log.Info("xet-origin serving", "listen", lns.Main.Addr().String(), "admin", cfg.AdminListen,
+		"index", cfg.Index.Driver, "objects", cfg.Objects.Driver, "public_url", cfg.PublicURL)
+	return server.Serve(ctx, log, lns, srv.Handler(), server.AdminHandler(reg), cfg.Limits.ShutdownGrace.D())
+}
+
+// MintToken implements `xet-origin token`: it writes only the token (and a newline) to stdout,
+// signed with the key the origin uses, which it creates in the data directory if the origin has
+// not started yet.
+func MintToken(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("xet-origin token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "", "the origin's data directory")
+	keyDir := fs.String("key-dir", "", "key directory (default DATA-DIR/keys)")
+	scope := fs.String("scope", "", "repository the token is for, e.g. models/acme/llama")
+	access := fs.String("access", "", "read | write | edge")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	a, err := auth.ParseAccess(*access)
+	var problems []error
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if *dataDir == "" && *keyDir == "" {
+		problems = append(problems, errors.New("--data-dir is required"))
+	}
+	if *scope == "" && a != auth.Edge {
+		problems = append(problems, errors.New("--scope is required"))
+	}
+	if *ttl <= 0 {
+		problems = append(problems, errors.New("--ttl must be positive"))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return err
+	}
+	dir := *keyDir
+	if dir == "" {
+		dir = filepath.Join(*dataDir, "keys")
+	}
+	k, err := keys.Load(dir, nil, true)
+	if err != nil {
+		return err
+	}
+	tok, _, err := k.Signing.Mint(*scope, a, time.Now(), *ttl)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, tok)
+	return err
+}
