@@ -6,30 +6,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
 	"github.com/xetcdn/xetcdn/origin/internal/index/sqlite"
-	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // Backends are the opened dependencies of the server.
 type Backends struct {
 	Index   index.Index
-	Objects objstore.ObjectStore
+	Objects server.Objects
 	closers []func() error
 }
 
 // ErrorRules map the object store's sentinels to HTTP answers (the server maps the index's).
 func ErrorRules() []httpapi.Rule {
-	return []httpapi.Rule{
-		{Err: objstore.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "store_unavailable"},
-		{Err: objstore.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
-		{Err: objstore.ErrRange, Status: http.StatusRequestedRangeNotSatisfiable, Code: "range_not_satisfiable"},
-	}
+	return []httpapi.Rule{}
 }
 
 // Close closes what Open opened, in reverse order. Call it only after the servers using the
