@@ -1,8 +1,68 @@
 package server
 
-import "testing"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
 
-// backends lists the backends the API tests run on.
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
+)
+
+// backends lists the backends the API tests run on: SQLite + local disk always, and Postgres
+// (+ the object store) when the test services are there (always in CI).
 func backends(t *testing.T) []backend {
-	return []backend{sqliteLocal()}
+	return []backend{sqliteLocal(), postgresBackend()}
+}
+
+// postgresBackend opens a Postgres index in a fresh schema, dropped when the test ends.
+func postgresBackend() backend {
+	return backend{name: "postgres", open: func(t *testing.T) (index.Index, Objects) {
+		dsn := testenv.Require(t, testenv.PostgresDSN)
+		var b [6]byte
+		rand.Read(b[:])
+		schema := "xet_origin_test_" + hex.EncodeToString(b[:])
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatalf("create schema: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Errorf("drop schema: %v", err)
+				return
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				t.Errorf("drop schema: %v", err)
+			}
+		})
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		db, err := postgres.Open(ctx, postgres.Options{DSN: u.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() }) // runs before the schema is dropped
+		return db, openLocalStore(t, filepath.Join(t.TempDir(), "objects"))
+	}}
 }
