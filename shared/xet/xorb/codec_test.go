@@ -263,6 +263,8 @@ func TestDecodeChunkErrors(t *testing.T) {
 		{"dictionary id", hdr(1, LZ4, []byte{4, 0x22, 0x4d, 0x18, 0x41, 0x40, 0, 0, 0, 0, 0}),
 			[]byte{4, 0x22, 0x4d, 0x18, 0x41, 0x40, 0, 0, 0, 0, 0}},
 		{"content size wrong", hdr(len(text), LZ4, wrongSize), wrongSize},
+		{"output into zero raw length", hdr(0, LZ4, good), good},
+		{"linked output into zero raw length", hdr(0, LZ4, linkedFrame(0x40)), linkedFrame(0x40)},
 		{"unknown scheme", hdr(len(text), Scheme(7), good), good},
 		{"none size mismatch", ChunkHeader{CompressedLen: 3, RawLen: 4}, []byte("abc")},
 	}

@@ -136,13 +136,23 @@ func decodeLZ4Frame(out []byte, n int, src []byte) (int, []byte, error) {
 			n += copy(out[n:], data)
 			continue
 		}
+		dst := out[n : n+room]
+		if room == 0 {
+			// pierrec's amd64 decoder faults on a nil destination; a block may still legally
+			// decode to nothing, so give it a 1-byte one and treat any output as overflow.
+			var tiny [1]byte
+			dst = tiny[:]
+		}
 		var k int
 		var err error
 		if flg&flgIndependent != 0 {
-			k, err = lz4.UncompressBlock(data, out[n:n+room])
+			k, err = lz4.UncompressBlock(data, dst)
 		} else {
 			// Linked blocks may copy from up to 64 KiB of this frame's earlier output.
-			k, err = lz4.UncompressBlockWithDict(data, out[n:n+room], out[max(start, n-lz4MaxOffset):n])
+			k, err = lz4.UncompressBlockWithDict(data, dst, out[max(start, n-lz4MaxOffset):n])
+		}
+		if err == nil && k > room {
+			err = lz4.ErrInvalidSourceShortBuffer
 		}
 		if err != nil {
 			return n, nil, fmt.Errorf("%w: lz4: bad block or output exceeds the chunk's raw length", ErrCorrupt)

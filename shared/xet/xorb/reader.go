@@ -81,6 +81,9 @@ func (c *ChunkReader) Offset() int64 { return c.off }
 // Validate, or checked by ParseObject or UnmarshalLayout). Errors wrap ErrCorrupt, or
 // ErrHashMismatch when a chunk decodes cleanly to the wrong content.
 func VerifyRange(data []byte, l *Layout, a, b uint32) error {
+	if len(l.StoredEnds) != l.NumChunks() || len(l.RawEnds) != l.NumChunks() {
+		return fmt.Errorf("%w: inconsistent layout of %s", ErrCorrupt, l.Hash)
+	}
 	if err := l.CheckRange(a, b); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
