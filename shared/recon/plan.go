@@ -214,6 +214,11 @@ func (a *Answer) merge() {
 	var counts []int32
 	for i := 0; i < n; i++ {
 		h := &a.terms[i].Xorb
+		if i > 0 && *h == a.terms[i-1].Xorb {
+			a.fetch[i] = a.fetch[i-1]
+			counts[a.fetch[i]]++
+			continue
+		}
 		x, ok := index[*h]
 		if !ok {
 			x = int32(len(hashes))

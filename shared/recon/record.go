@@ -202,27 +202,31 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 		return nil, fmt.Errorf("%w: %d xorbs for %d terms", ErrCorrupt, nx, nt)
 	}
 	f.Terms = make([]Term, nt)
+	buf := d.buf
 	for i := range f.Terms {
-		t := &f.Terms[i]
-		x := d.uvarint()
-		if x >= uint64(nx) {
-			return nil, fmt.Errorf("%w: term %d names xorb %d of %d", ErrCorrupt, i, x, nx)
+		var v [6]uint64
+		for k := range v {
+			if len(buf) > 0 && buf[0] < 0x80 { // one-byte varint: the common case for small values
+				v[k], buf = uint64(buf[0]), buf[1:]
+				continue
+			}
+			x, n := binary.Uvarint(buf)
+			if n <= 0 || x > 1<<32-1 {
+				return nil, fmt.Errorf("%w: term %d: truncated or bad varint", ErrCorrupt, i)
+			}
+			v[k], buf = x, buf[n:]
 		}
-		t.Xorb = xorbs[x]
-		t.Start = d.u32()
-		n := d.u32()
-		t.RawBytes = d.u32()
-		t.ByteStart = d.u32()
-		bn := d.u32()
-		if d.err != nil {
-			return nil, d.err
+		if v[0] >= uint64(nx) {
+			return nil, fmt.Errorf("%w: term %d names xorb %d of %d", ErrCorrupt, i, v[0], nx)
 		}
-		t.End = t.Start + n
-		t.ByteEnd = t.ByteStart + bn
-		if t.End < t.Start || t.ByteEnd < t.ByteStart {
+		end, byteEnd := v[1]+v[2], v[4]+v[5]
+		if end > 1<<32-1 || byteEnd > 1<<32-1 {
 			return nil, fmt.Errorf("%w: term %d overflows", ErrCorrupt, i)
 		}
+		f.Terms[i] = Term{Xorb: xorbs[v[0]], Start: uint32(v[1]), End: uint32(end), RawBytes: uint32(v[3]),
+			ByteStart: uint32(v[4]), ByteEnd: uint32(byteEnd)}
 	}
+	d.buf = buf
 	if len(d.buf) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
 	}
@@ -277,15 +281,6 @@ func (d *decoder) uvarint() uint64 {
 	}
 	d.buf = d.buf[n:]
 	return v
-}
-
-func (d *decoder) u32() uint32 {
-	v := d.uvarint()
-	if v > 1<<32-1 {
-		d.fail("u32")
-		return 0
-	}
-	return uint32(v)
 }
 
 // count reads a count of items that each take at least per bytes, and rejects counts the

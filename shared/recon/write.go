@@ -136,7 +136,7 @@ func (j *job) writeParallel(w io.Writer, k int) error {
 			defer wg.Done()
 			defer close(o.done)
 			o.terms = j.appendTerms(make([]byte, 0, (t1-t0)*termSizeHint), t0, t1)
-			o.xorbs = j.appendXorbs(nil, x0, x1)
+			o.xorbs = j.appendXorbs(make([]byte, 0, j.xorbSizeHint(x0, x1)), x0, x1)
 		}(&outs[i], termCut[i], termCut[i+1], xorbCut[i], xorbCut[i+1])
 	}
 	defer wg.Wait()
@@ -165,6 +165,16 @@ func (j *job) writeParallel(w io.Writer, k int) error {
 
 // termSizeHint is a typical encoded term, to size piece buffers.
 const termSizeHint = 128
+
+// xorbSizeHint estimates the encoded size of a.Xorbs[from:to]: about 100 bytes per range (its
+// JSON and its part of a URL) and 300 per xorb (key, URL base, signature).
+func (j *job) xorbSizeHint(from, to int) int {
+	n := 0
+	for x := from; x < to; x++ {
+		n += 300 + 100*len(j.a.Xorbs[x].Chunks)
+	}
+	return n
+}
 
 // xorbCuts splits a.Xorbs into k contiguous pieces with about the same number of ranges each.
 func (j *job) xorbCuts(k int) []int {
