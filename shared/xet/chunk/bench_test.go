@@ -87,3 +87,22 @@ func BenchmarkHashAll(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHasher measures the streaming Hasher API: chunk hashes on the calling goroutine,
+// SHA-256 beside it.
+func BenchmarkHasher(b *testing.B) {
+	data := splitMix64(benchSize, 1)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for b.Loop() {
+		h := NewHasher(bytes.NewReader(data))
+		for {
+			if _, _, err := h.Next(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+}

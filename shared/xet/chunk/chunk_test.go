@@ -486,6 +486,11 @@ func TestHasher(t *testing.T) {
 			if got := len(h.Chunks()); got != len(ends) {
 				t.Fatalf("Chunks() has %d", got)
 			}
+			// HashAll (parallel chunk hashing) must agree with the sequential Hasher.
+			all, allInfo, err := HashAll(iotest.HalfReader(bytes.NewReader(tc.data)))
+			if err != nil || allInfo != info || !slices.Equal(all, h.Chunks()) {
+				t.Fatalf("HashAll differs from Hasher: %v, %+v vs %+v", err, allInfo, info)
+			}
 		})
 	}
 	// "hello world" against xet-protocol.md §12.2.
@@ -561,7 +566,7 @@ func TestHashAllBoundedMemory(t *testing.T) {
 	if err != nil || info.Size != size || len(chunks) < size/MaxSize {
 		t.Fatalf("HashAll: %v, size %d, %d chunks", err, info.Size, len(chunks))
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 		t.Fatalf("hashing %d bytes allocated %d bytes", size, alloc)
 	}
 }

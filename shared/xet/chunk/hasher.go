@@ -5,6 +5,10 @@ import (
 	"errors"
 	gohash "hash"
 	"io"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -89,19 +93,92 @@ func (h *Hasher) Info() (FileInfo, error) {
 // ErrNotFinished reports a call of Hasher.Info before the stream was read to its end.
 var ErrNotFinished = errors.New("chunk: stream not read to the end")
 
-// HashAll reads r to its end and returns its chunks and summary (see Hasher).
+// HashAll reads r to its end and returns its chunks and summary (see Hasher for the memory
+// bound). Errors of r are returned as *ReadError.
+//
+// HashAll uses up to GOMAXPROCS goroutines: chunk hashes are independent, so after the gear
+// scan has cut the chunks of one buffer fill, they are hashed in parallel, while the SHA-256 of
+// the fill runs beside them. With GOMAXPROCS=1 it runs the same code sequentially. All
+// goroutines have ended when HashAll returns.
 func HashAll(r io.Reader) ([]Chunk, FileInfo, error) {
-	h := NewHasher(r)
+	workers := min(runtime.GOMAXPROCS(0), maxHashWorkers)
+	sha := shaTap{h: sha256.New()}
+	rd := newReaderSize(r, hashAllBufSize)
+	rd.tap = &sha
+	defer sha.wait() // also on error: leave no goroutine behind
+	hashers := make([]*hash.Chunker, workers)
+	for i := range hashers {
+		hashers[i] = hash.NewChunker()
+	}
+	var (
+		chunks []Chunk
+		batch  [][]byte
+		size   int64
+	)
 	for {
-		if _, _, err := h.Next(); err != nil {
-			if !errors.Is(err, io.EOF) {
-				return nil, FileInfo{}, err
+		batch = batch[:0]
+		for {
+			data, ok := rd.take()
+			if !ok {
+				break
 			}
+			batch = append(batch, data)
+			size += int64(len(data))
+		}
+		chunks = hashBatch(chunks, batch, hashers)
+		if rd.failed() {
+			return nil, FileInfo{}, rd.err
+		}
+		if rd.err != nil { // io.EOF, and take has consumed every buffered byte
 			break
 		}
+		rd.fill() // waits for the SHA-256 of the previous fill before reusing the buffer
 	}
-	info, err := h.Info()
-	return h.chunks, info, err
+	sha.wait()
+	info := FileInfo{Size: size, FileHash: hash.File(Leaves(chunks))}
+	sha.h.Sum(info.SHA256[:0])
+	return chunks, info, nil
+}
+
+// maxHashWorkers bounds HashAll's parallelism; a few cores already outrun most disks.
+const maxHashWorkers = 8
+
+// hashAllBufSize is HashAll's read buffer: big fills give each parallel batch many chunks.
+const hashAllBufSize = 8 << 20
+
+// hashBatch appends the chunks of batch, in order, to dst, hashing them on len(hashers)
+// goroutines (the caller's included) and returning when all are done.
+func hashBatch(dst []Chunk, batch [][]byte, hashers []*hash.Chunker) []Chunk {
+	base := len(dst)
+	dst = slices.Grow(dst, len(batch))[:base+len(batch)]
+	out := dst[base:]
+	if len(hashers) == 1 || len(batch) < 2 {
+		for i, b := range batch {
+			out[i] = Chunk{Hash: hashers[0].Sum(b), Len: len(b)}
+		}
+		return dst
+	}
+	var next atomic.Int64 // index of the next chunk to hash
+	work := func(c *hash.Chunker) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(batch) {
+				return
+			}
+			out[i] = Chunk{Hash: c.Sum(batch[i]), Len: len(batch[i])}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, c := range hashers[1:min(len(hashers), len(batch))] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(c)
+		}()
+	}
+	work(hashers[0])
+	wg.Wait()
+	return dst
 }
 
 // Leaves converts chunks to merkle leaves, e.g. for hash.Merkle (xorb hash) or hash.File.

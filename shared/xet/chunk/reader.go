@@ -37,28 +37,48 @@ type tap interface {
 }
 
 // NewReader returns a Reader that reads from r.
-func NewReader(r io.Reader) *Reader {
-	return &Reader{r: r, buf: make([]byte, bufSize)}
+func NewReader(r io.Reader) *Reader { return newReaderSize(r, bufSize) }
+
+// newReaderSize returns a Reader with a buffer of size bytes (at least 2*MaxSize).
+func newReaderSize(r io.Reader, size int) *Reader {
+	return &Reader{r: r, buf: make([]byte, max(size, 2*MaxSize))}
 }
 
 // Next returns the bytes of the next chunk. The slice is valid until the next call of Next.
 // After the last chunk Next returns io.EOF; an error from the underlying reader is returned
-// as soon as it is seen (no further chunks are returned after it), wrapped.
+// as soon as it is seen (no further chunks are returned after it), wrapped in *ReadError.
 func (r *Reader) Next() ([]byte, error) {
-	if r.end-r.start < MaxSize && r.err == nil {
-		r.fill()
-	}
-	if r.err != nil && !errors.Is(r.err, io.EOF) {
+	if r.failed() {
 		return nil, r.err
 	}
-	avail := r.buf[r.start:r.end]
-	if len(avail) == 0 {
-		return nil, io.EOF
+	if data, ok := r.take(); ok {
+		return data, nil
 	}
-	// Either at least MaxSize bytes are buffered or the stream has ended, so the cut is final.
+	if r.err == nil {
+		r.fill()
+	}
+	if r.failed() {
+		return nil, r.err
+	}
+	if data, ok := r.take(); ok {
+		return data, nil
+	}
+	return nil, io.EOF
+}
+
+// failed reports whether reading the input failed (other than by ending).
+func (r *Reader) failed() bool { return r.err != nil && !errors.Is(r.err, io.EOF) }
+
+// take returns the next chunk if the buffered bytes determine it: at least MaxSize bytes are
+// buffered, or the input has ended (or failed). The slice stays valid until the next fill.
+func (r *Reader) take() ([]byte, bool) {
+	avail := r.buf[r.start:r.end]
+	if len(avail) == 0 || (len(avail) < MaxSize && r.err == nil) {
+		return nil, false
+	}
 	n, _ := Cut(avail)
 	r.start += n
-	return avail[:n:n], nil
+	return avail[:n:n], true
 }
 
 // fill reads until at least MaxSize bytes are buffered or the underlying reader fails or ends.
