@@ -164,7 +164,7 @@ func (j *job) writeParallel(w io.Writer, k int) error {
 }
 
 // termSizeHint is a typical encoded term, to size piece buffers.
-const termSizeHint = 128
+const termSizeHint = 150
 
 // xorbSizeHint estimates the encoded size of a.Xorbs[from:to]: about 100 bytes per range (its
 // JSON and its part of a URL) and 300 per xorb (key, URL base, signature).
