@@ -18,13 +18,13 @@ import (
 
 // backends lists the backends the API tests run on: SQLite + local disk always, and Postgres
 // (+ the object store) when the test services are there (always in CI).
-func backends(t *testing.T) []backend {
+func backends(t testing.TB) []backend {
 	return []backend{sqliteLocal(), postgresBackend()}
 }
 
 // postgresBackend opens a Postgres index in a fresh schema, dropped when the test ends.
 func postgresBackend() backend {
-	return backend{name: "postgres", open: func(t *testing.T) (index.Index, Objects) {
+	return backend{name: "postgres", open: func(t testing.TB) (index.Index, Objects) {
 		dsn := testenv.Require(t, testenv.PostgresDSN)
 		var b [6]byte
 		rand.Read(b[:])

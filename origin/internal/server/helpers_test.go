@@ -44,12 +44,12 @@ func (c *clock) Add(d time.Duration) {
 // backend is one (index, object store) pair the API tests run on.
 type backend struct {
 	name string
-	open func(t *testing.T) (index.Index, Objects)
+	open func(t testing.TB) (index.Index, Objects)
 }
 
 // sqliteLocal is the embedded backend: SQLite and a local directory.
 func sqliteLocal() backend {
-	return backend{name: "sqlite+local", open: func(t *testing.T) (index.Index, Objects) {
+	return backend{name: "sqlite+local", open: func(t testing.TB) (index.Index, Objects) {
 		dir := t.TempDir()
 		db, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "index.db")})
 		if err != nil {
@@ -62,7 +62,7 @@ func sqliteLocal() backend {
 
 // env is a running origin on a test server.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	cfg   *config.Config
 	srv   *Server
 	ts    *httptest.Server
@@ -75,13 +75,13 @@ type env struct {
 
 type envOption func(*config.Config)
 
-func newEnv(t *testing.T, b backend, opts ...envOption) *env {
+func newEnv(t testing.TB, b backend, opts ...envOption) *env {
 	t.Helper()
 	idx, objs := b.open(t)
 	return newEnvWith(t, idx, objs, opts...)
 }
 
-func newEnvWith(t *testing.T, idx index.Index, objs Objects, opts ...envOption) *env {
+func newEnvWith(t testing.TB, idx index.Index, objs Objects, opts ...envOption) *env {
 	t.Helper()
 	dir := t.TempDir()
 	k, err := keys.Load(filepath.Join(dir, "keys"), nil, true)
@@ -146,7 +146,7 @@ func (e *env) do(method, path, token string, body []byte, hdr ...string) *http.R
 }
 
 // read returns the body of resp and closes it.
-func read(t *testing.T, resp *http.Response) []byte {
+func read(t testing.TB, resp *http.Response) []byte {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -157,7 +157,7 @@ func read(t *testing.T, resp *http.Response) []byte {
 }
 
 // expect checks the status of resp (and, for errors, the JSON error body) and returns the body.
-func expect(t *testing.T, resp *http.Response, status int) []byte {
+func expect(t testing.TB, resp *http.Response, status int) []byte {
 	t.Helper()
 	b := read(t, resp)
 	if resp.StatusCode != status {

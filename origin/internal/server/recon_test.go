@@ -72,7 +72,7 @@ func (e *env) fetch(u string, rng string) *http.Response {
 }
 
 // decodeChunks decompresses a run of serialized chunks.
-func decodeChunks(t *testing.T, b []byte) []byte {
+func decodeChunks(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var out []byte
 	cr := xorb.NewChunkReader(bytes.NewReader(b))

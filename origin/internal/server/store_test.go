@@ -16,7 +16,7 @@ import (
 // a directory with atomic renames. Replace openLocalStore with the real one then.
 type dirStore struct{ root string }
 
-func openLocalStore(t *testing.T, dir string) Objects {
+func openLocalStore(t testing.TB, dir string) Objects {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
