@@ -1,0 +1,315 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+)
+
+// Local is an ObjectStore in a directory of the local file system. Objects are spread over
+// fan-out directories named after the first two characters of the key's last segment:
+//
+//	<root>/
+//	├── xorbs/default/_3f/
+//	│   ├── 3f9a…e1          object "xorbs/default/3f9a…e1"
+//	│   └── .put-2210937     a Put in flight (a temporary file, never visible under a key)
+//	└── shards/_a0/
+//	    └── a01b…77          object "shards/a01b…77"
+//
+// Fan-out directories start with '_' and temporary files with '.', which no key segment may
+// (CheckKey), so neither can collide with an object or a key's directory. Put writes a temporary
+// file in the object's directory, fsyncs it, renames it over the final name and fsyncs the
+// directory; a directory created on the way is made durable by fsyncing its parent. A crash
+// mid-Put can leave a ".put-*" file behind: it is garbage, visible under no key, and may be
+// removed by hand.
+type Local struct {
+	root string
+
+	mu   sync.Mutex
+	dirs map[string]bool // directories known to exist durably (bounded by the key layout)
+
+	bufs sync.Pool // *[]byte copy buffers
+}
+
+var _ ObjectStore = (*Local)(nil)
+
+const localCopyBuf = 1 << 20
+
+// NewLocal opens (creating if needed) the store rooted at dir.
+func NewLocal(dir string) (*Local, error) {
+	if dir == "" {
+		return nil, errors.New("objstore: local store needs a directory")
+	}
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("objstore: local root %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("objstore: create local root: %w", err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("objstore: local root: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("objstore: local root %s is not a directory", root)
+	}
+	if err := syncDir(filepath.Dir(root)); err != nil {
+		return nil, fmt.Errorf("objstore: sync parent of local root: %w", err)
+	}
+	l := &Local{root: root, dirs: map[string]bool{root: true}}
+	l.bufs.New = func() any { b := make([]byte, localCopyBuf); return &b }
+	return l, nil
+}
+
+// Root returns the store's directory.
+func (l *Local) Root() string { return l.root }
+
+// path maps a checked key to its file: <root>/<dirs of key>/_<first 2 chars of name>/<name>.
+func (l *Local) path(key string) string {
+	dir, name := path.Split(key)
+	fan := name
+	if len(fan) > 2 {
+		fan = fan[:2]
+	}
+	return filepath.Join(l.root, filepath.FromSlash(dir), "_"+fan, name)
+}
+
+// Put implements ObjectStore.
+func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("put %s: %w: negative size %d", key, ErrSize, size)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	p := l.path(key)
+	dir := filepath.Dir(p)
+	if err := l.ensureDir(dir); err != nil {
+		return l.ioErr("put", key, err)
+	}
+	f, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		return l.ioErr("put", key, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close() // may already be closed; the error is of no interest then
+			os.Remove(tmp)
+		}
+	}()
+
+	src := newExactReader(ctx, r, size)
+	bp := l.bufs.Get().(*[]byte)
+	_, cerr := io.CopyBuffer(writerOnly{f}, src, *bp)
+	l.bufs.Put(bp)
+	if err := src.done(); err != nil { // the body's fault (or the caller's ctx), not the store's
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	if cerr != nil {
+		return l.ioErr("put", key, cerr)
+	}
+	if err := f.Sync(); err != nil {
+		return l.ioErr("put", key, err)
+	}
+	if err := f.Close(); err != nil {
+		return l.ioErr("put", key, err)
+	}
+	if err := ctx.Err(); err != nil { // last moment to give up with nothing visible
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return l.ioErr("put", key, err)
+	}
+	// From here the object is visible. A failed directory sync is reported, but the object is
+	// left in place: removing it could drop an older, durable copy of the same content.
+	if err := syncDir(dir); err != nil {
+		return l.ioErr("put", key, err)
+	}
+	return nil
+}
+
+// Get implements ObjectStore. The reader is an *os.File.
+func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	f, size, err := l.open(ctx, "get", key)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, size, nil
+}
+
+// GetRange implements ObjectStore. The reader implements io.WriterTo over an io.LimitedReader
+// of the file, so copying it to a plain-HTTP response can use sendfile.
+func (l *Local) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := checkRange(off, n); err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	f, size, err := l.open(ctx, "get", key)
+	if err != nil {
+		return nil, err
+	}
+	if off+n > size {
+		f.Close()
+		return nil, fmt.Errorf("get %s: %w: [%d, %d) of %d bytes", key, ErrRange, off, off+n, size)
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		f.Close()
+		return nil, l.ioErr("get", key, err)
+	}
+	return &fileRange{f: f, lr: io.LimitedReader{R: f, N: n}}, nil
+}
+
+// Stat implements ObjectStore.
+func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", key, err)
+	}
+	fi, err := os.Stat(l.path(key))
+	if err != nil {
+		return 0, l.ioErr("stat", key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("stat %s: %w: not a regular file", key, ErrUnavailable)
+	}
+	return fi.Size(), nil
+}
+
+// Delete implements ObjectStore.
+func (l *Local) Delete(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	p := l.path(key)
+	if err := os.Remove(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return l.ioErr("delete", key, err)
+	}
+	if err := syncDir(filepath.Dir(p)); err != nil {
+		return l.ioErr("delete", key, err)
+	}
+	return nil
+}
+
+// Ping implements ObjectStore: the root must exist and accept a new file.
+func (l *Local) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	f, err := os.CreateTemp(l.root, ".ping-*")
+	if err != nil {
+		return fmt.Errorf("ping %s: %w: %w", l.root, ErrUnavailable, err)
+	}
+	name := f.Name()
+	cerr := f.Close()
+	rerr := os.Remove(name)
+	if err := errors.Join(cerr, rerr); err != nil {
+		return fmt.Errorf("ping %s: %w: %w", l.root, ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (l *Local) open(ctx context.Context, op, key string) (*os.File, int64, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, fmt.Errorf("%s %s: %w", op, key, err)
+	}
+	f, err := os.Open(l.path(key))
+	if err != nil {
+		return nil, 0, l.ioErr(op, key, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, l.ioErr(op, key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("%s %s: %w: not a regular file", op, key, ErrUnavailable)
+	}
+	return f, fi.Size(), nil
+}
+
+// ensureDir creates dir and any missing parents below the root, each made durable by fsyncing
+// its parent. The parent is synced even when Mkdir finds the directory already there, since a
+// concurrent Put may have created it and not yet synced.
+func (l *Local) ensureDir(dir string) error {
+	l.mu.Lock()
+	known := l.dirs[dir]
+	l.mu.Unlock()
+	if known {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if len(parent) < len(l.root) { // cannot happen for a checked key; guards the recursion
+		return fmt.Errorf("directory %s outside root %s", dir, l.root)
+	}
+	if err := l.ensureDir(parent); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := syncDir(parent); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.dirs[dir] = true
+	l.mu.Unlock()
+	return nil
+}
+
+// ioErr wraps a file-system error: a missing file is ErrNotFound, anything else means the disk
+// cannot serve us (full, read-only, failing) and is ErrUnavailable.
+func (l *Local) ioErr(op, key string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s %s: %w", op, key, ErrNotFound)
+	}
+	return fmt.Errorf("%s %s: %w: %w", op, key, ErrUnavailable, err)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	return errors.Join(serr, cerr)
+}
+
+// writerOnly hides *os.File's ReadFrom so io.CopyBuffer uses the given buffer.
+type writerOnly struct{ io.Writer }
+
+// fileRange is n bytes of an open file from its current offset.
+type fileRange struct {
+	f  *os.File
+	lr io.LimitedReader
+}
+
+func (r *fileRange) Read(p []byte) (int, error) { return r.lr.Read(p) }
+
+// WriteTo lets io.Copy hand the *io.LimitedReader of the file to w's ReadFrom (sendfile on a
+// TCP connection).
+func (r *fileRange) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, &r.lr) }
+
+func (r *fileRange) Close() error { return r.f.Close() }
