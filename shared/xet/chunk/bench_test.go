@@ -17,6 +17,7 @@ func BenchmarkChunk(b *testing.B) {
 	data := splitMix64(benchSize, 1)
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		for off := 0; off < len(data); {
 			n, _ := Cut(data[off:])
@@ -32,6 +33,7 @@ func BenchmarkHash(b *testing.B) {
 	c := hash.NewChunker()
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		prev := 0
 		for _, e := range ends {
@@ -48,6 +50,7 @@ func BenchmarkChunkAndHash(b *testing.B) {
 	c := hash.NewChunker()
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		for off := 0; off < len(data); {
 			n, _ := Cut(data[off:])
@@ -62,6 +65,7 @@ func BenchmarkReader(b *testing.B) {
 	data := splitMix64(benchSize, 1)
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		r := NewReader(bytes.NewReader(data))
 		for {
@@ -81,6 +85,7 @@ func BenchmarkHashAll(b *testing.B) {
 	data := splitMix64(benchSize, 1)
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		if _, _, err := HashAll(bytes.NewReader(data)); err != nil {
 			b.Fatal(err)
@@ -94,6 +99,7 @@ func BenchmarkHasher(b *testing.B) {
 	data := splitMix64(benchSize, 1)
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
+	defer cpuMeter(b, int64(len(data)))()
 	for b.Loop() {
 		h := NewHasher(bytes.NewReader(data))
 		for {
