@@ -66,7 +66,12 @@ func TestXXH32(t *testing.T) {
 }
 
 func TestBG4Transpose(t *testing.T) {
-	for n := 0; n < 40; n++ {
+	sizes := []int{}
+	for n := 0; n < 80; n++ {
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 1000, 4097, 65535, MaxChunkRaw)
+	for _, n := range sizes {
 		src := randomBytes(n, uint64(n))
 		g := make([]byte, n)
 		bg4Split(g, src)
