@@ -171,6 +171,17 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 		}
 	})
 
+	// hf_xet through the token route (token_refresh_url) rather than with a bare token.
+	t.Run("token-route/"+clients[0].name, func(t *testing.T) {
+		c := clients[0]
+		f := find(t, all, c.name, "mib")
+		got := c.upload(t, o.env, o.writeAuth(write, true), f.fixture)
+		if got[0].hash != f.hash {
+			t.Errorf("same client, same bytes: hash %s, earlier %s", got[0].hash, f.hash)
+		}
+		checkDownloads(t, c, o.env, auth{endpoint: o.url, token: read, hub: o.url, repo: scope}, f)
+	})
+
 	origin := endpoints{name: "origin", url: o.url, hub: o.url}
 	for _, f := range all {
 		for _, down := range clients {
@@ -186,6 +197,9 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 			if st := httpStatus(t, o.url+path+f.hash, otherRead); st != http.StatusNotFound {
 				t.Errorf("GET %s with a read token of %s: status %d, want 404", path, otherScope, st)
 			}
+		}
+		if st := httpStatus(t, o.url+"/api/"+otherScope+"/xet-read-token/main", read); st != http.StatusForbidden {
+			t.Errorf("token route for %s with a read token of %s: status %d, want 403", otherScope, scope, st)
 		}
 		if st := httpStatus(t, o.url+"/v2/reconstructions/"+f.hash, ""); st != http.StatusUnauthorized {
 			t.Errorf("GET /v2/reconstructions without a token: status %d, want 401", st)
