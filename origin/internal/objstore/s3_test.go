@@ -1,0 +1,119 @@
+package objstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore/objstoretest"
+)
+
+// newS3 opens a store on a new, uniquely named bucket of the test MinIO, removed again (with
+// its objects) when the test ends.
+func newS3(tb testing.TB) objstore.ObjectStore {
+	env := testenv.RequireS3(tb)
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	bucket := "xet-test-" + hex.EncodeToString(suffix[:])
+	ctx := context.Background()
+	s, err := objstore.NewS3(ctx, objstore.S3Options{
+		Endpoint: env.Endpoint, AccessKey: env.AccessKey, SecretKey: env.SecretKey, Bucket: bucket,
+	})
+	if err != nil {
+		tb.Fatalf("NewS3: %v", err)
+	}
+	tb.Cleanup(func() { removeBucket(tb, env, bucket) })
+	return s
+}
+
+// removeBucket deletes the bucket and everything in it, through a client of its own.
+func removeBucket(tb testing.TB, env testenv.S3, bucket string) {
+	c, err := minio.New(env.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(env.AccessKey, env.SecretKey, "")})
+	if err != nil {
+		tb.Errorf("cleanup client: %v", err)
+		return
+	}
+	ctx := context.Background()
+	objs := c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true})
+	for e := range c.RemoveObjects(ctx, bucket, objs, minio.RemoveObjectsOptions{}) {
+		tb.Errorf("cleanup %s/%s: %v", bucket, e.ObjectName, e.Err)
+	}
+	if err := c.RemoveBucket(ctx, bucket); err != nil {
+		tb.Errorf("cleanup bucket %s: %v", bucket, err)
+	}
+}
+
+func TestS3(t *testing.T) { objstoretest.Run(t, newS3) }
+
+func BenchmarkS3(b *testing.B) { objstoretest.Bench(b, newS3) }
+
+// Opening the same bucket twice (two origin replicas) works; the second finds it.
+func TestS3ExistingBucket(t *testing.T) {
+	s := newS3(t).(*objstore.S3)
+	env := testenv.RequireS3(t)
+	s2, err := objstore.NewS3(context.Background(), objstore.S3Options{
+		Endpoint: env.Endpoint, AccessKey: env.AccessKey, SecretKey: env.SecretKey, Bucket: s.Bucket(),
+	})
+	if err != nil {
+		t.Fatalf("second NewS3 on %s: %v", s.Bucket(), err)
+	}
+	if err := s.Put(context.Background(), "shards/x", bytes.NewReader([]byte("abc")), 3); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := s2.Stat(context.Background(), "shards/x"); err != nil || size != 3 {
+		t.Fatalf("Stat through the second store = %d, %v", size, err)
+	}
+}
+
+func TestS3BadCredentials(t *testing.T) {
+	env := testenv.RequireS3(t)
+	_, err := objstore.NewS3(context.Background(), objstore.S3Options{
+		Endpoint: env.Endpoint, AccessKey: env.AccessKey, SecretKey: "wrong-" + env.SecretKey, Bucket: "xet-test-creds",
+	})
+	if !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("NewS3 with a wrong secret: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// A service that cannot be reached is ErrUnavailable (→ 503), at open and on every call.
+func TestS3Unreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	opts := objstore.S3Options{Endpoint: addr, AccessKey: "a", SecretKey: "secret-key", Bucket: "xet-test-unreachable", MaxRetries: 1}
+	if _, err := objstore.NewS3(context.Background(), opts); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("NewS3: err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestS3OptionsValidate(t *testing.T) {
+	err := (&objstore.S3Options{Endpoint: "http://host:9000/x", MaxRetries: -1}).Validate()
+	if err := (&objstore.S3Options{Endpoint: "h:1", Bucket: "Bad_Bucket", AccessKey: "a", SecretKey: "s"}).Validate(); err == nil {
+		t.Error("Validate accepted bucket name Bad_Bucket")
+	}
+	if err == nil {
+		t.Fatal("Validate accepted bad options")
+	}
+	// Every problem is reported at once.
+	for _, want := range []string{"endpoint", "bucket", "secret key", "retries"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("Validate error %q does not mention %q", err, want)
+		}
+	}
+	ok := objstore.S3Options{Endpoint: "127.0.0.1:9000", Bucket: "xet-objects", AccessKey: "a", SecretKey: "s"}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(good options) = %v", err)
+	}
+}
