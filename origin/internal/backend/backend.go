@@ -12,7 +12,6 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
 	"github.com/xetcdn/xetcdn/origin/internal/index/sqlite"
 	"github.com/xetcdn/xetcdn/origin/internal/server"
-	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // Backends are the opened dependencies of the server.
@@ -20,11 +19,6 @@ type Backends struct {
 	Index   index.Index
 	Objects server.Objects
 	closers []func() error
-}
-
-// ErrorRules map the object store's sentinels to HTTP answers (the server maps the index's).
-func ErrorRules() []httpapi.Rule {
-	return []httpapi.Rule{}
 }
 
 // Close closes what Open opened, in reverse order. Call it only after the servers using the

@@ -26,6 +26,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -61,8 +62,8 @@ type Options struct {
 	Log     *slog.Logger
 	// Registerer receives the origin's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
-	// Extra error rules for the backends' sentinels (object store errors, say), checked before
-	// the shared ones. Index sentinels are always mapped.
+	// Extra error rules, checked before the built-in ones (which map the index's, the object
+	// store's and ingest's sentinels) and the shared ones.
 	ErrorRules []httpapi.Rule
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
@@ -139,6 +140,9 @@ func baseRules() []httpapi.Rule {
 		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
 		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},
 		{Err: recon.ErrTermMismatch, Status: http.StatusInternalServerError, Code: "internal"},
+		{Err: objstore.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "store_unavailable"},
+		{Err: objstore.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
+		{Err: objstore.ErrRange, Status: http.StatusRequestedRangeNotSatisfiable, Code: "range_not_satisfiable"},
 	}
 }
 

@@ -133,11 +133,9 @@ func testShardUploadRejects(t *testing.T, b backend) {
 	if _, err := e.idx.File(context.Background(), f.file, scope); err == nil {
 		t.Fatal("a rejected shard registered its file")
 	}
-	if ds, ok := e.objs.(*dirStore); ok {
-		for _, tc := range tests {
-			if ds.has(ingest.ShardKey(hash.Chunk(tc.body))) {
-				t.Fatalf("rejected shard %q left an object", tc.name)
-			}
+	for _, tc := range tests {
+		if e.stored(ingest.ShardKey(hash.Chunk(tc.body))) {
+			t.Fatalf("rejected shard %q left an object", tc.name)
 		}
 	}
 	status, body := e.rawRequest("POST", "/v1/shards", w, shard.MaxSize+1, nil)

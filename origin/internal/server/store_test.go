@@ -1,71 +1,32 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 )
 
-// dirStore is a stand-in for the local object store until origin/internal/objstore lands:
-// a directory with atomic renames. Replace openLocalStore with the real one then.
-type dirStore struct{ root string }
-
+// openLocalStore opens the real local-disk object store in dir.
 func openLocalStore(t testing.TB, dir string) Objects {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	l, err := objstore.NewLocal(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &dirStore{root: dir}
+	return l
 }
 
-var errStoreNotFound = errors.New("store: not found")
-
-func (d *dirStore) path(key string) string {
-	return filepath.Join(d.root, strings.ReplaceAll(key, "/", "_"))
-}
-
-func (d *dirStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	tmp, err := os.CreateTemp(d.root, ".tmp-*")
-	if err != nil {
-		return err
+// stored reports whether the object store of e holds key.
+func (e *env) stored(key string) bool {
+	e.t.Helper()
+	s, ok := e.objs.(objstore.ObjectStore)
+	if !ok {
+		e.t.Fatalf("%T is not an objstore.ObjectStore", e.objs)
 	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, r)
-	if err == nil && n != size {
-		err = fmt.Errorf("short put: %d of %d", n, size)
+	_, err := s.Stat(context.Background(), key)
+	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		e.t.Fatal(err)
 	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), d.path(key))
-}
-
-func (d *dirStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
-	b, err := os.ReadFile(d.path(key))
-	if err != nil {
-		return nil, errStoreNotFound
-	}
-	if off+n > int64(len(b)) {
-		return nil, fmt.Errorf("range past end")
-	}
-	return io.NopCloser(bytes.NewReader(b[off : off+n])), nil
-}
-
-func (d *dirStore) Ping(ctx context.Context) error { return nil }
-
-// has reports whether key exists.
-func (d *dirStore) has(key string) bool {
-	_, err := os.Stat(d.path(key))
 	return err == nil
 }

@@ -80,7 +80,7 @@ func testXorbUploadRejects(t *testing.T, b backend) {
 	}
 	// Nothing of any rejected upload is visible.
 	expect(t, e.do("HEAD", "/v1/xorbs/default/"+h, w, nil), 404)
-	if ds, ok := e.objs.(*dirStore); ok && ds.has(ingest.XorbKey(f.layouts[0].Hash)) {
+	if e.stored(ingest.XorbKey(f.layouts[0].Hash)) {
 		t.Fatal("a rejected xorb left an object behind")
 	}
 }
