@@ -1,0 +1,281 @@
+// Package config is the edge's one typed configuration: defaults, an optional JSON file, flags
+// that override the file, and the origin token, which may also come from the environment.
+//
+// Precedence, lowest first: Default(), the --config file, command-line flags, environment
+// (only when the flag was not given). Validate reports every problem at once.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// EnvOriginToken holds the edge's origin token when --origin-token is not given, so the secret
+// need not appear in the process list.
+const EnvOriginToken = "XETCDN_EDGE_ORIGIN_TOKEN"
+
+const (
+	defaultListen = "127.0.0.1:8443"
+	tlsDirName    = "tls"
+	keysDirName   = "keys"
+	dataDirName   = "xorbs"
+)
+
+// Config is the whole configuration of xet-edge. The JSON names are the file's keys.
+type Config struct {
+	Origin      string `json:"origin"`       // base URL of the origin (internal API, proxied routes)
+	OriginToken string `json:"-"`            // access "edge" token; flag or env only
+	DataDir     string `json:"data_dir"`     // TLS cert, URL key, xorb data cache
+	Listen      string `json:"listen"`       // TLS: HTTP/1.1 + HTTP/2 on TCP, HTTP/3 on UDP
+	HTTPListen  string `json:"http_listen"`  // plain HTTP (behind a TLS-terminating LB); empty = off
+	AdminListen string `json:"admin_listen"` // /metrics and /debug/pprof; empty = off
+	// PublicURL is the edge's base URL as clients reach it: the base of the transfer URLs it
+	// signs. Empty = "https://" + Listen.
+	PublicURL string `json:"public_url"`
+	// Permits bounds the reconstructions answered locally at once; when none is free the
+	// request is proxied to the origin. 0 proxies every reconstruction.
+	Permits int `json:"permits"`
+
+	TLS    TLS    `json:"tls"`
+	Cache  Cache  `json:"cache"`
+	Auth   Auth   `json:"auth"`
+	Limits Limits `json:"limits"`
+}
+
+// TLS names the certificate. Both empty = a self-signed ECDSA certificate kept in DataDir/tls.
+type TLS struct {
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+}
+
+// Cache sizes the caches.
+type Cache struct {
+	MetaBytes int64 `json:"meta_bytes"` // ristretto budget for file records and layouts
+	// MetaEntries is the expected number of cached items; ristretto counts 10x as many keys.
+	MetaEntries   int64    `json:"meta_entries"`
+	DataDir       string   `json:"data_dir"`       // default DataDir/xorbs
+	DataBytes     int64    `json:"data_bytes"`     // on-disk xorb bytes
+	VisibilityTTL Duration `json:"visibility_ttl"` // how long a (file, scope) check is trusted
+}
+
+// Auth configures keys and lifetimes.
+type Auth struct {
+	KeyDir         string   `json:"key_dir"`          // default DataDir/keys: transfer.key
+	TransferURLTTL Duration `json:"transfer_url_ttl"` // lifetime of the URLs the edge signs
+	Leeway         Duration `json:"leeway"`           // clock skew tolerated on token exp/iat
+	JWKSRefresh    Duration `json:"jwks_refresh"`     // periodic refresh of the origin's keys
+}
+
+// Limits bound waits and resources.
+type Limits struct {
+	// OriginTimeout bounds one call to the origin's internal API; a miss then fails with 504.
+	OriginTimeout Duration `json:"origin_timeout"`
+	// FillTimeout bounds a cache fill shared by several requests (it outlives the first caller).
+	FillTimeout     Duration `json:"fill_timeout"`
+	ReconParallelAt int      `json:"recon_parallel_at"` // terms from which extra writers are used
+	ShutdownGrace   Duration `json:"shutdown_grace"`    // drain time on SIGTERM
+	EventsWait      Duration `json:"events_wait"`       // long-poll of the origin's event stream
+}
+
+// Duration is a time.Duration written as a Go duration string ("20s") in JSON.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default is the configuration before the file and flags; Origin, OriginToken and DataDir
+// must still be set.
+func Default() Config {
+	return Config{
+		Listen:  defaultListen,
+		Permits: 64,
+		Cache: Cache{
+			MetaBytes:     512 << 20,
+			MetaEntries:   100_000,
+			DataBytes:     64 << 30,
+			VisibilityTTL: Duration(30 * time.Second),
+		},
+		Auth: Auth{
+			TransferURLTTL: Duration(time.Hour),
+			Leeway:         Duration(30 * time.Second),
+			JWKSRefresh:    Duration(5 * time.Minute),
+		},
+		Limits: Limits{
+			OriginTimeout:   Duration(10 * time.Second),
+			FillTimeout:     Duration(2 * time.Minute),
+			ReconParallelAt: 20000,
+			ShutdownGrace:   Duration(30 * time.Second),
+			EventsWait:      Duration(25 * time.Second),
+		},
+	}
+}
+
+// ErrInvalid wraps every configuration problem.
+var ErrInvalid = errors.New("config: invalid")
+
+// Load builds the configuration from command-line args (without the program name) and the
+// environment (getenv, os.Getenv in production).
+func Load(args []string, getenv func(string) string) (*Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
+	var file string
+	fs.StringVar(&file, "config", "", "JSON configuration file")
+	var f Config
+	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080")
+	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
+	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
+	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
+	fs.StringVar(&f.HTTPListen, "http-listen", "", "plain HTTP listener host:port")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener host:port (/metrics, /debug/pprof)")
+	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
+	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrInvalid, fs.Args())
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "origin":
+			c.Origin = f.Origin
+		case "origin-token":
+			c.OriginToken = f.OriginToken
+		case "data-dir":
+			c.DataDir = f.DataDir
+		case "listen":
+			c.Listen = f.Listen
+		case "http-listen":
+			c.HTTPListen = f.HTTPListen
+		case "admin-listen":
+			c.AdminListen = f.AdminListen
+		case "public-url":
+			c.PublicURL = f.PublicURL
+		case "permits":
+			c.Permits = f.Permits
+		}
+	})
+	if c.OriginToken == "" {
+		c.OriginToken = getenv(EnvOriginToken)
+	}
+	c.fillDerived()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) fillDerived() {
+	if c.DataDir != "" {
+		if c.Cache.DataDir == "" {
+			c.Cache.DataDir = filepath.Join(c.DataDir, dataDirName)
+		}
+		if c.Auth.KeyDir == "" {
+			c.Auth.KeyDir = filepath.Join(c.DataDir, keysDirName)
+		}
+	}
+	if c.PublicURL == "" && c.Listen != "" {
+		c.PublicURL = "https://" + c.Listen
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	c.Origin = strings.TrimRight(c.Origin, "/")
+}
+
+// TLSDir is where the self-signed certificate is kept.
+func (c *Config) TLSDir() string { return filepath.Join(c.DataDir, tlsDirName) }
+
+// Validate reports every problem of c at once, joined, each wrapping ErrInvalid.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if c.DataDir == "" {
+		bad("data_dir (--data-dir) is required")
+	}
+	if c.OriginToken == "" {
+		bad("--origin-token (or %s) is required", EnvOriginToken)
+	}
+	for name, u := range map[string]string{"origin": c.Origin, "public_url": c.PublicURL} {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad("%s %q is not an http(s) URL", name, u)
+		}
+	}
+	addrs := map[string]string{}
+	for name, a := range map[string]string{"listen": c.Listen, "http_listen": c.HTTPListen, "admin_listen": c.AdminListen} {
+		if a == "" && name != "listen" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("%s %q: %v", name, a, err)
+		} else if other, dup := addrs[a]; dup && !strings.HasSuffix(a, ":0") {
+			bad("%s and %s are both %q", name, other, a)
+		}
+		addrs[a] = name
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls.cert_file and tls.key_file go together")
+	}
+	if c.Permits < 0 {
+		bad("permits must not be negative")
+	}
+	if c.Cache.MetaBytes < 1<<20 {
+		bad("cache.meta_bytes %d is below 1 MiB", c.Cache.MetaBytes)
+	}
+	if c.Cache.MetaEntries < 1 {
+		bad("cache.meta_entries must be positive")
+	}
+	if c.Cache.DataBytes < 64<<20 {
+		bad("cache.data_bytes %d is below one xorb (64 MiB)", c.Cache.DataBytes)
+	}
+	for name, d := range map[string]Duration{
+		"cache.visibility_ttl": c.Cache.VisibilityTTL, "auth.transfer_url_ttl": c.Auth.TransferURLTTL,
+		"auth.jwks_refresh": c.Auth.JWKSRefresh, "limits.origin_timeout": c.Limits.OriginTimeout,
+		"limits.fill_timeout": c.Limits.FillTimeout, "limits.shutdown_grace": c.Limits.ShutdownGrace,
+		"limits.events_wait": c.Limits.EventsWait,
+	} {
+		if d <= 0 {
+			bad("%s must be positive, is %v", name, d.D())
+		}
+	}
+	if c.Auth.Leeway < 0 {
+		bad("auth.leeway must not be negative")
+	}
+	if c.Limits.ReconParallelAt < 1 {
+		bad("limits.recon_parallel_at must be at least 1")
+	}
+	return errors.Join(errs...)
+}

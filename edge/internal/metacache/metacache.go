@@ -1,0 +1,367 @@
+// Package metacache is the edge's metadata tier: file records, xorb layouts and (file, scope)
+// visibility, cached in front of the origin's internal API.
+//
+//	request ─► Cache.File / Cache.Layout ─► ristretto (hit) ─┐
+//	                    │ miss                               └─► answer
+//	                    ▼
+//	           singleflight per key (re-checks the cache inside the flight)
+//	                    ▼
+//	           Origin, under context.WithoutCancel + FillTimeout
+//
+// Records and layouts are immutable and content-addressed, so they stay cached until evicted
+// (ristretto, cost in bytes). Visibility is the one mutable fact: a (file, scope) answer is
+// trusted for VisibilityTTL, and Revoke (fed by the origin's event stream) forgets it at once.
+// A miss costs one origin round trip per file; a record already cached whose visibility expired
+// is re-checked with a body-less request.
+package metacache
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// Origin is where misses are filled from (*originapi.Client). Its errors are returned wrapped.
+type Origin interface {
+	// File returns the record of h if it is visible in scope.
+	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	// Visible returns nil if h is visible in scope.
+	Visible(ctx context.Context, h hash.Hash, scope string) error
+	// Layouts returns the verified layouts of the xorbs it has; missing ones are left out.
+	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
+}
+
+// ErrMissingLayout: the origin has no layout for a xorb a file record references.
+var ErrMissingLayout = errors.New("metacache: xorb layout missing at the origin")
+
+// Options configure a Cache. Origin is required.
+type Options struct {
+	Origin Origin
+	// MaxBytes is the ristretto budget for records and layouts (their approximate sizes).
+	MaxBytes int64
+	// ExpectedEntries sizes ristretto's admission counters (10x this many).
+	ExpectedEntries int64
+	// VisibilityTTL is how long a positive (file, scope) answer is trusted; 30 s when zero.
+	VisibilityTTL time.Duration
+	// MaxVisibility bounds the remembered (file, scope) answers; 1,000,000 when zero.
+	MaxVisibility int
+	// FillTimeout bounds one fill, which may serve several callers; 30 s when zero.
+	FillTimeout time.Duration
+	Registerer  prometheus.Registerer
+	Now         func() time.Time
+}
+
+// Cache is safe for concurrent use. Close it when done.
+type Cache struct {
+	origin Origin
+	rc     *ristretto.Cache[string, any]
+	flight singleflight.Group
+	vis    *visibility
+	ttl    time.Duration
+	fillTO time.Duration
+	now    func() time.Time
+	m      *metrics
+	sets   atomic.Int64 // successful Set calls, for Usable
+}
+
+// New builds a Cache.
+func New(o Options) (*Cache, error) {
+	if o.Origin == nil {
+		return nil, errors.New("metacache: Origin is required")
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 256 << 20
+	}
+	if o.ExpectedEntries <= 0 {
+		o.ExpectedEntries = 100_000
+	}
+	if o.VisibilityTTL <= 0 {
+		o.VisibilityTTL = 30 * time.Second
+	}
+	if o.MaxVisibility <= 0 {
+		o.MaxVisibility = 1_000_000
+	}
+	if o.FillTimeout <= 0 {
+		o.FillTimeout = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	rc, err := ristretto.NewCache(&ristretto.Config[string, any]{
+		NumCounters:        10 * o.ExpectedEntries,
+		MaxCost:            o.MaxBytes,
+		BufferItems:        64,
+		Metrics:            true,
+		IgnoreInternalCost: true, // costs are our byte estimates; ristretto must not add its own
+		// Keys are a kind byte and 32 bytes of a cryptographic hash: its words are already
+		// uniformly distributed, no need to hash them again.
+		KeyToHash: func(k string) (uint64, uint64) {
+			if len(k) < 17 {
+				return 0, 0
+			}
+			return binary.LittleEndian.Uint64([]byte(k[1:9])), binary.LittleEndian.Uint64([]byte(k[9:17]))
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metacache: %w", err)
+	}
+	c := &Cache{origin: o.Origin, rc: rc, vis: newVisibility(o.MaxVisibility), ttl: o.VisibilityTTL,
+		fillTO: o.FillTimeout, now: o.Now}
+	c.m = newMetrics(o.Registerer, rc, c.vis)
+	return c, nil
+}
+
+// Close releases ristretto's goroutines. No call may be running or follow.
+func (c *Cache) Close() { c.rc.Close() }
+
+// Wait blocks until every Set so far is applied (for tests that need determinism).
+func (c *Cache) Wait() { c.rc.Wait() }
+
+// Usable reports whether the cache holds anything it could serve without the origin.
+func (c *Cache) Usable() bool { return c.sets.Load() > 0 }
+
+func fileKey(h hash.Hash) string   { return "f" + string(h[:]) }
+func layoutKey(h hash.Hash) string { return "l" + string(h[:]) }
+
+// File returns the record of file h if it is visible in scope. Errors wrap the origin's
+// (originapi.ErrNotFound when it is not visible).
+func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	rec, cached := c.cachedFile(h)
+	if cached && c.vis.fresh(h, scope, c.now()) {
+		c.m.hits.WithLabelValues("file").Inc()
+		return rec, nil
+	}
+	c.m.misses.WithLabelValues("file").Inc()
+	v, err := c.fill(ctx, "f"+string(h[:])+scope, func(ctx context.Context) (any, error) {
+		gen := c.vis.generation()
+		if rec, ok := c.cachedFile(h); ok {
+			if c.vis.fresh(h, scope, c.now()) {
+				return rec, nil
+			}
+			if err := c.origin.Visible(ctx, h, scope); err != nil {
+				return nil, err
+			}
+			c.vis.put(h, scope, c.now().Add(c.ttl), gen)
+			return rec, nil
+		}
+		rec, err := c.origin.File(ctx, h, scope)
+		if err != nil {
+			return nil, err
+		}
+		c.set(fileKey(h), rec, recordCost(rec))
+		c.vis.put(h, scope, c.now().Add(c.ttl), gen)
+		return rec, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", h, err)
+	}
+	return v.(*recon.FileRecord), nil
+}
+
+func (c *Cache) cachedFile(h hash.Hash) (*recon.FileRecord, bool) {
+	v, ok := c.rc.Get(fileKey(h))
+	if !ok {
+		return nil, false
+	}
+	rec, ok := v.(*recon.FileRecord)
+	return rec, ok
+}
+
+// Layout returns the verified layout of xorb h.
+func (c *Cache) Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error) {
+	if l, ok := c.cachedLayout(h); ok {
+		c.m.hits.WithLabelValues("layout").Inc()
+		return l, nil
+	}
+	c.m.misses.WithLabelValues("layout").Inc()
+	v, err := c.fill(ctx, layoutKey(h), func(ctx context.Context) (any, error) {
+		if l, ok := c.cachedLayout(h); ok {
+			return l, nil
+		}
+		m, err := c.origin.Layouts(ctx, []hash.Hash{h})
+		if err != nil {
+			return nil, err
+		}
+		l := m[h]
+		if l == nil {
+			return nil, ErrMissingLayout
+		}
+		c.set(layoutKey(h), l, layoutCost(l))
+		return l, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layout of xorb %s: %w", h, err)
+	}
+	return v.(*xorb.Layout), nil
+}
+
+func (c *Cache) cachedLayout(h hash.Hash) (*xorb.Layout, bool) {
+	v, ok := c.rc.Get(layoutKey(h))
+	if !ok {
+		return nil, false
+	}
+	l, ok := v.(*xorb.Layout)
+	return l, ok
+}
+
+// fill runs fn once for all concurrent callers of key, under its own timeout and detached from
+// any one caller's cancellation; each caller waits only as long as its own ctx allows.
+func (c *Cache) fill(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
+	ch := c.flight.DoChan(key, func() (any, error) {
+		c.m.fills.Inc()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.fillTO)
+		defer cancel()
+		return fn(fctx)
+	})
+	select {
+	case r := <-ch:
+		if r.Shared {
+			c.m.collapsed.Inc()
+		}
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Cache) set(key string, v any, cost int64) {
+	if c.rc.Set(key, v, cost) {
+		c.sets.Add(1)
+	}
+}
+
+// Revoke forgets the visibility of files in scope (nil files: the whole scope), so the next
+// request checks the origin again. Fills that started before Revoke do not store their answer.
+func (c *Cache) Revoke(scope string, files []hash.Hash) {
+	c.vis.revoke(scope, files)
+	c.m.revocations.Inc()
+}
+
+// recordCost approximates the bytes a record holds.
+func recordCost(r *recon.FileRecord) int64 { return 128 + int64(len(r.Terms))*56 }
+
+// layoutCost approximates the bytes a layout holds.
+func layoutCost(l *xorb.Layout) int64 { return 128 + int64(l.NumChunks())*(hash.Size+8) }
+
+// visibility remembers positive (file, scope) answers until their expiry.
+type visibility struct {
+	mu     sync.Mutex
+	scopes map[string]map[hash.Hash]time.Time
+	n, max int
+	gen    uint64
+	resets atomic.Int64
+}
+
+func newVisibility(max int) *visibility {
+	return &visibility{scopes: make(map[string]map[hash.Hash]time.Time), max: max}
+}
+
+func (v *visibility) fresh(h hash.Hash, scope string, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	exp, ok := v.scopes[scope][h]
+	return ok && now.Before(exp)
+}
+
+func (v *visibility) generation() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.gen
+}
+
+// put stores an answer obtained after generation gen was read, unless a revocation came since.
+func (v *visibility) put(h hash.Hash, scope string, exp time.Time, gen uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if gen != v.gen {
+		return
+	}
+	if v.n >= v.max {
+		// Full: forget everything rather than scan; answers are cheap to re-check. Counted.
+		v.scopes = make(map[string]map[hash.Hash]time.Time)
+		v.n = 0
+		v.resets.Add(1)
+	}
+	m := v.scopes[scope]
+	if m == nil {
+		m = make(map[hash.Hash]time.Time)
+		v.scopes[scope] = m
+	}
+	if _, ok := m[h]; !ok {
+		v.n++
+	}
+	m[h] = exp
+}
+
+func (v *visibility) revoke(scope string, files []hash.Hash) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.gen++
+	m := v.scopes[scope]
+	if files == nil {
+		v.n -= len(m)
+		delete(v.scopes, scope)
+		return
+	}
+	for _, h := range files {
+		if _, ok := m[h]; ok {
+			delete(m, h)
+			v.n--
+		}
+	}
+}
+
+type metrics struct {
+	hits, misses *prometheus.CounterVec
+	fills        prometheus.Counter
+	collapsed    prometheus.Counter
+	revocations  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], vis *visibility) *metrics {
+	m := &metrics{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_hits_total",
+			Help: "Metadata lookups answered from the cache, by kind (file: record and visibility; layout)."}, []string{"kind"}),
+		misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_misses_total",
+			Help: "Metadata lookups that needed the origin, by kind."}, []string{"kind"}),
+		fills: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_fills_total",
+			Help: "Origin fills started (concurrent misses of one key share a fill)."}),
+		collapsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_collapsed_total",
+			Help: "Lookups that shared another lookup's fill."}),
+		revocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_revocations_total",
+			Help: "Visibility revocations applied from the origin's event stream."}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.hits, m.misses, m.fills, m.collapsed, m.revocations,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_dropped_sets_total",
+			Help: "Cache sets ristretto dropped (full set buffer) and did not apply."},
+			func() float64 { return float64(rc.Metrics.SetsDropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_rejected_sets_total",
+			Help: "Cache sets ristretto's admission policy rejected."},
+			func() float64 { return float64(rc.Metrics.SetsRejected()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_evictions_total",
+			Help: "Entries evicted to stay within the byte budget."},
+			func() float64 { return float64(rc.Metrics.KeysEvicted()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xet_edge_metacache_used_bytes",
+			Help: "Approximate bytes of cached records and layouts."},
+			func() float64 { return float64(rc.Metrics.CostAdded() - rc.Metrics.CostEvicted()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_visibility_resets_total",
+			Help: "Times the visibility table was full and forgotten."},
+			func() float64 { return float64(vis.resets.Load()) }),
+	)
+	return m
+}
