@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,18 +13,20 @@ import (
 	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 )
 
-// backends lists the backends the API tests run on: SQLite + local disk always, and Postgres
-// (+ the object store) when the test services are there (always in CI).
+// backends lists the backends the API tests run on: SQLite + local disk always, and Postgres +
+// MinIO when the test services are there (always in CI).
 func backends(t testing.TB) []backend {
-	return []backend{sqliteLocal(), postgresBackend()}
+	return []backend{sqliteLocal(), postgresMinIO()}
 }
 
-// postgresBackend opens a Postgres index in a fresh schema, dropped when the test ends.
-func postgresBackend() backend {
-	return backend{name: "postgres", open: func(t testing.TB) (index.Index, Objects) {
+// postgresMinIO opens a Postgres index in a fresh schema and a MinIO store in a fresh bucket.
+func postgresMinIO() backend {
+	return backend{name: "postgres+minio", open: func(t testing.TB) (index.Index, Objects) {
 		dsn := testenv.Require(t, testenv.PostgresDSN)
+		s3 := testenv.RequireS3(t)
 		var b [6]byte
 		rand.Read(b[:])
 		schema := "xet_origin_test_" + hex.EncodeToString(b[:])
@@ -63,6 +64,11 @@ func postgresBackend() backend {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() }) // runs before the schema is dropped
-		return db, openLocalStore(t, filepath.Join(t.TempDir(), "objects"))
+		store, err := objstore.NewS3(ctx, objstore.S3Options{Endpoint: s3.Endpoint, Bucket: "xet-origin-test-" + hex.EncodeToString(b[:]),
+			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, store
 	}}
 }

@@ -25,7 +25,7 @@ func textChunk(rng *rand.Rand, n int) []byte {
 // HTTP into SQLite + local disk, one at a time, and reports MB/s and the share of the time spent
 // in validation (decompress, hash, merkle).
 func BenchmarkXorbIngestHTTP(b *testing.B) {
-	for _, be := range []backend{sqliteLocal(), postgresBackend()} {
+	for _, be := range []backend{sqliteLocal(), postgresMinIO()} {
 		b.Run(be.name, func(b *testing.B) { benchIngest(b, be) })
 	}
 }
