@@ -144,8 +144,8 @@ func TestCommandErrors(t *testing.T) {
 		{"hash missing file", []string{"hash", missing}, 1, "no such file"},
 		{"hash a directory", []string{"hash", t.TempDir()}, 1, "xet hash:"},
 		{"version with args", []string{"version", "x"}, 1, "no arguments"},
-		{"upload stub", []string{"upload", "f"}, 1, "not implemented yet"},
-		{"download stub", []string{"download"}, 1, "not implemented yet"},
+		{"upload without endpoint", []string{"upload", "f"}, 1, "--endpoint is required"},
+		{"download without hash", []string{"download"}, 1, "--hash"},
 		{"help", []string{"help"}, 0, ""},
 		{"hash help", []string{"hash", "-h"}, 0, "usage: xet hash"},
 	} {

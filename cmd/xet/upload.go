@@ -1,12 +1,123 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
-// runUpload implements `xet upload`. This is a placeholder: the client engineer replaces this
-// file with the real command.
-func runUpload(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errNotImplemented
+// clientFlags are the connection flags shared by upload and download.
+type clientFlags struct {
+	endpoint    string
+	token       string
+	http3       bool
+	insecure    bool
+	concurrency int
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.endpoint, "endpoint", "", "CAS base URL, e.g. https://cas.example.com (required)")
+	fs.StringVar(&f.token, "token", "", "bearer token (default $XET_TOKEN; none: no Authorization header)")
+	fs.BoolVar(&f.http3, "http3", false, "use HTTP/3 (QUIC); needs an https endpoint")
+	fs.BoolVar(&f.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
+	fs.IntVar(&f.concurrency, "concurrency", xetclient.DefaultConcurrency, "parallel xorb uploads / range fetches")
+}
+
+// client builds the library client the flags describe.
+func (f *clientFlags) client() (*xetclient.Client, error) {
+	if f.endpoint == "" {
+		return nil, fmt.Errorf("%w: --endpoint is required", errUsage)
+	}
+	tok := f.token
+	if tok == "" {
+		tok = os.Getenv("XET_TOKEN")
+	}
+	o := xetclient.Options{
+		Endpoint:           f.endpoint,
+		Token:              tok,
+		InsecureSkipVerify: f.insecure,
+		Concurrency:        f.concurrency,
+	}
+	if f.http3 {
+		o.Protocol = xetclient.HTTP3
+	}
+	return xetclient.New(o)
+}
+
+// parseFlags parses args with fs and maps -h and flag errors the way main expects.
+func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return false, nil
+}
+
+// uploadOutput is the JSON line `xet upload` prints per file, in this field order.
+type uploadOutput struct {
+	Path      string    `json:"path"`
+	FileHash  hash.Hash `json:"file_hash"`
+	Size      int64     `json:"size"`
+	SHA256    string    `json:"sha256"`
+	BytesSent int64     `json:"bytes_sent"`
+}
+
+// runUpload implements `xet upload --endpoint URL [--token T] FILE...`: all files are uploaded
+// in one session (deduplicated against each other and the server), then one JSON line per file
+// is printed in argument order. "-" reads standard input.
+func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("upload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: xet upload --endpoint URL [--token TOKEN] [--http3] [--insecure] FILE...   (\"-\" reads standard input)")
+		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"bytes_sent":N} per file`)
+		fs.PrintDefaults()
+	}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("%w: no file given", errUsage)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	files := make([]xetclient.UploadFile, fs.NArg())
+	for i, name := range fs.Args() {
+		files[i].Path = name
+		if name == "-" {
+			files[i].Reader = os.Stdin
+		}
+	}
+	bar := newProgressBar(stderr, "upload")
+	res, err := c.UploadFiles(ctx, files, xetclient.UploadOptions{Progress: bar.update})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(out)
+	for _, r := range res {
+		if err := enc.Encode(uploadOutput{Path: r.Path, FileHash: r.FileHash, Size: r.Size,
+			SHA256: hex.EncodeToString(r.SHA256[:]), BytesSent: r.BytesSent}); err != nil {
+			return err
+		}
+	}
+	return out.Flush()
 }
