@@ -221,7 +221,9 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 	}
 	t.Run("edge", func(t *testing.T) {
 		e := startEdge(t, bins.edge, o)
-		eps := []endpoints{{name: "edge-http", url: e.httpURL, hub: o.url}}
+		// The edge may sign transfer URLs for its TLS listener even when asked over plain HTTP,
+		// so the clients trust its certificate in both cases.
+		eps := []endpoints{{name: "edge-http", url: e.httpURL, hub: o.url, caFile: e.caFile}}
 		if e.caFile != "" {
 			eps = append(eps, endpoints{name: "edge-tls", url: e.tlsURL, hub: o.url, caFile: e.caFile})
 		} else {
