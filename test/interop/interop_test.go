@@ -219,15 +219,17 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 		t.Log("cmd/xet-edge has no Go files yet: edge scenarios not run")
 		return
 	}
+	// Two edges: one whose transfer URLs point at its plain HTTP listener, and one on its
+	// defaults (TLS with a self-signed certificate, which the clients are told to trust).
 	t.Run("edge", func(t *testing.T) {
-		e := startEdge(t, bins.edge, o)
-		// The edge may sign transfer URLs for its TLS listener even when asked over plain HTTP,
-		// so the clients trust its certificate in both cases.
-		eps := []endpoints{{name: "edge-http", url: e.httpURL, hub: o.url, caFile: e.caFile}}
-		if e.caFile != "" {
-			eps = append(eps, endpoints{name: "edge-tls", url: e.tlsURL, hub: o.url, caFile: e.caFile})
+		var eps []endpoints
+		plain := startEdge(t, bins.edge, o, true)
+		eps = append(eps, endpoints{name: "edge-http", url: plain.httpURL, hub: o.url})
+		tls := startEdge(t, bins.edge, o, false)
+		if tls.caFile == "" {
+			t.Error("no PEM certificate in the edge's data dir: TLS downloads not run")
 		} else {
-			t.Log("no self-signed certificate found in the edge data dir: TLS downloads not run")
+			eps = append(eps, endpoints{name: "edge-tls", url: tls.tlsURL, hub: o.url, caFile: tls.caFile})
 		}
 		for _, ep := range eps {
 			for _, f := range all {
@@ -760,15 +762,20 @@ type edge struct {
 	caFile          string
 }
 
-// startEdge starts an edge in front of o. Its TLS certificate is self-signed; the first PEM
-// certificate found in its data dir is taken as the one to trust.
-func startEdge(t *testing.T, bin string, o *origin) *edge {
+// startEdge starts an edge in front of o. With plainURLs its public URL (the base of the transfer
+// URLs it signs) is its plain HTTP listener; otherwise it keeps its default, the TLS listener. Its
+// certificate is self-signed: the first PEM certificate found in its data dir is the one to trust.
+func startEdge(t *testing.T, bin string, o *origin, plainURLs bool) *edge {
 	t.Helper()
 	dir := t.TempDir()
 	tlsAddr, httpAddr := freeAddr(t), freeAddr(t)
 	e := &edge{tlsURL: "https://" + tlsAddr, httpURL: "http://" + httpAddr}
-	e.process = startProcess(t, "xet-edge", nil, bin, "--origin", o.url, "--origin-token", o.token(t, scope, "edge"),
-		"--data-dir", dir, "--listen", tlsAddr, "--http-listen", httpAddr)
+	args := []string{"--origin", o.url, "--origin-token", o.token(t, scope, "edge"),
+		"--data-dir", dir, "--listen", tlsAddr, "--http-listen", httpAddr}
+	if plainURLs {
+		args = append(args, "--public-url", e.httpURL)
+	}
+	e.process = startProcess(t, "xet-edge", nil, bin, args...)
 	e.waitHealthy(t, e.httpURL+"/healthz", http.DefaultClient)
 	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || e.caFile != "" {
