@@ -646,3 +646,9 @@ func BenchmarkDownload(b *testing.B) {
 		}
 	}
 }
+
+func randHash() hash.Hash {
+	var h hash.Hash
+	_, _ = rand.Read(h[:])
+	return h
+}
