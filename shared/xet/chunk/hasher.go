@@ -132,7 +132,7 @@ func HashAll(r io.Reader) ([]Chunk, FileInfo, error) {
 		if rd.err != nil { // io.EOF, and take has consumed every buffered byte
 			break
 		}
-		rd.fill() // waits for the SHA-256 of the previous fill before reusing the buffer
+		rd.fill() // may wait for the SHA-256 of older fills before reusing a buffer
 	}
 	sha.wait()
 	info := FileInfo{Size: size, FileHash: hash.File(Leaves(chunks))}
@@ -144,7 +144,7 @@ func HashAll(r io.Reader) ([]Chunk, FileInfo, error) {
 const maxHashWorkers = 8
 
 // hashAllBufSize is HashAll's read buffer: big fills give each parallel batch many chunks.
-const hashAllBufSize = 8 << 20
+const hashAllBufSize = 4 << 20
 
 // hashBatch appends the chunks of batch, in order, to dst, hashing them on len(hashers)
 // goroutines (the caller's included) and returning when all are done.
@@ -190,33 +190,46 @@ func Leaves(chunks []Chunk) []hash.Leaf {
 	return out
 }
 
-// inlineSHA is the block size below which SHA-256 runs on the calling goroutine: starting a
-// goroutine is not worth it for little data.
+// inlineSHA is the block size below which SHA-256 runs on the calling goroutine (after the
+// blocks in flight): starting a goroutine is not worth it for little data.
 const inlineSHA = 256 << 10
 
-// shaTap feeds the raw stream into SHA-256, on another goroutine for large blocks.
+// shaTap feeds the raw stream into SHA-256 on other goroutines, one per observed block (large
+// blocks only), each waiting for the previous one, so the blocks are hashed in order while the
+// caller goes on. No goroutine outlives its block, so an abandoned Hasher leaks nothing.
 type shaTap struct {
-	h    gohash.Hash
-	done chan struct{} // closed when the block in flight has been hashed; nil if none
+	h       gohash.Hash
+	last    chan struct{} // closed when every observed block has been hashed; nil if none
+	retired chan struct{} // the value of last at the previous retire
 }
 
 func (t *shaTap) observe(p []byte) {
-	t.wait()
 	if len(p) < inlineSHA {
+		t.wait()
 		_, _ = t.h.Write(p) // hash.Hash.Write never fails
 		return
 	}
-	done := make(chan struct{})
-	t.done = done
+	prev, done := t.last, make(chan struct{})
+	t.last = done
 	go func() {
+		if prev != nil {
+			<-prev
+		}
 		_, _ = t.h.Write(p)
 		close(done)
 	}()
 }
 
+func (t *shaTap) retire() {
+	if t.retired != nil {
+		<-t.retired
+	}
+	t.retired = t.last
+}
+
+// wait returns once every observed block has been hashed.
 func (t *shaTap) wait() {
-	if t.done != nil {
-		<-t.done
-		t.done = nil
+	if t.last != nil {
+		<-t.last
 	}
 }

@@ -25,15 +25,22 @@ type Reader struct {
 	start, end int   // unread bytes are buf[start:end]
 	err        error // sticky error from r; io.EOF once r is exhausted
 
-	// tap, when set, sees every byte read from r, in order. Before the Reader overwrites bytes
-	// it has shown to tap, it calls tap.wait, so tap may process them on another goroutine.
-	tap tap
+	// tap, when set, sees every byte read from r, in order, and may process the bytes on
+	// another goroutine while the Reader goes on. The Reader then alternates between buf and
+	// spare: the unread tail moves to the other buffer instead of to the front of the same
+	// one, so the bytes of the last buffer switch stay untouched while tap is still busy.
+	tap   tap
+	spare []byte
 }
 
-// tap observes the raw stream for Hasher (the SHA-256 of the whole input).
+// tap observes the raw stream (Hasher uses it for the SHA-256 of the whole input).
 type tap interface {
-	observe(p []byte) // p stays unmodified until the next call of wait
-	wait()
+	// observe hands over the next bytes of the stream. p stays unmodified until retire has
+	// been called twice after this call.
+	observe(p []byte)
+	// retire tells the tap that the Reader switched buffers. It returns once every byte
+	// observed before the previous call of retire has been processed.
+	retire()
 }
 
 // NewReader returns a Reader that reads from r.
@@ -83,12 +90,18 @@ func (r *Reader) take() ([]byte, bool) {
 
 // fill reads until at least MaxSize bytes are buffered or the underlying reader fails or ends.
 func (r *Reader) fill() {
-	if r.tap != nil {
-		r.tap.wait()
-	}
 	if len(r.buf)-r.end < MaxSize {
-		r.end = copy(r.buf, r.buf[r.start:r.end])
+		dst := r.buf
+		if r.tap != nil {
+			if r.spare == nil {
+				r.spare = make([]byte, len(r.buf))
+			}
+			r.tap.retire() // the spare buffer's bytes have been processed
+			dst, r.spare = r.spare, r.buf
+		}
+		r.end = copy(dst, r.buf[r.start:r.end])
 		r.start = 0
+		r.buf = dst
 	}
 	from := r.end
 	for empty := 0; r.end-r.start < MaxSize; {
