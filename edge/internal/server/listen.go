@@ -1,0 +1,152 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/sync/errgroup"
+)
+
+// Listeners are the edge's bound sockets. TLS (TCP) and QUIC (UDP) share one port; HTTP and
+// Admin may be nil.
+type Listeners struct {
+	TLS   net.Listener
+	QUIC  net.PacketConn
+	HTTP  net.Listener
+	Admin net.Listener
+}
+
+// Listen binds the configured addresses. A port of 0 in listen picks a free TCP port, and the
+// UDP socket then binds the same one.
+func Listen(listen, httpListen, adminListen string) (*Listeners, error) {
+	var l Listeners
+	fail := func(err error) (*Listeners, error) {
+		l.Close()
+		return nil, err
+	}
+	var err error
+	if l.TLS, err = net.Listen("tcp", listen); err != nil {
+		return fail(fmt.Errorf("listen %s: %w", listen, err))
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	udpAddr := net.JoinHostPort(host, fmt.Sprint(l.TLS.Addr().(*net.TCPAddr).Port))
+	if l.QUIC, err = net.ListenPacket("udp", udpAddr); err != nil {
+		return fail(fmt.Errorf("listen udp %s: %w", udpAddr, err))
+	}
+	if httpListen != "" {
+		if l.HTTP, err = net.Listen("tcp", httpListen); err != nil {
+			return fail(fmt.Errorf("listen %s: %w", httpListen, err))
+		}
+	}
+	if adminListen != "" {
+		if l.Admin, err = net.Listen("tcp", adminListen); err != nil {
+			return fail(fmt.Errorf("listen %s: %w", adminListen, err))
+		}
+	}
+	return &l, nil
+}
+
+// Close closes every bound socket (for a failed start; Serve closes them itself).
+func (l *Listeners) Close() {
+	for _, c := range []net.Listener{l.TLS, l.HTTP, l.Admin} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	if l.QUIC != nil {
+		_ = l.QUIC.Close()
+	}
+}
+
+// Port is the shared TCP/UDP port of the TLS listeners.
+func (l *Listeners) Port() int { return l.TLS.Addr().(*net.TCPAddr).Port }
+
+// Serve serves main on the TLS listener (HTTP/1.1 and HTTP/2, every answer advertising HTTP/3
+// with Alt-Svc), on QUIC (HTTP/3) and on the plain HTTP listener, and admin on the admin
+// listener, until ctx is cancelled. It then stops accepting on all of them, lets in-flight
+// requests finish for up to grace, and returns. Close what the handlers use only afterwards.
+func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certificate, main, admin http.Handler, grace time.Duration) error {
+	tlsConf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"}}
+	tcp := newHTTPServer(AltSvc(main, l.Port()), log)
+	tcp.TLSConfig = tlsConf
+	h3 := &http3.Server{Handler: main, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
+		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})}
+
+	type stopper interface{ Shutdown(context.Context) error }
+	var stops []stopper
+	g, gctx := errgroup.WithContext(ctx)
+	serve := func(name, addr string, fn func() error) {
+		g.Go(func() error {
+			log.Info("listening", "listener", name, "addr", addr)
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("%s listener: %w", name, err)
+			}
+			return nil
+		})
+	}
+	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(l.TLS, "", "") })
+	stops = append(stops, tcp)
+	serve("h3", l.QUIC.LocalAddr().String(), func() error { return h3.Serve(l.QUIC) })
+	stops = append(stops, h3)
+	if l.HTTP != nil {
+		plain := newHTTPServer(main, log)
+		serve("http", l.HTTP.Addr().String(), func() error { return plain.Serve(l.HTTP) })
+		stops = append(stops, plain)
+	}
+	if l.Admin != nil && admin != nil {
+		adm := newHTTPServer(admin, log)
+		serve("admin", l.Admin.Addr().String(), func() error { return adm.Serve(l.Admin) })
+		stops = append(stops, adm)
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("draining", "grace", grace.String())
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+		defer cancel()
+		errs := make([]error, len(stops))
+		var dg errgroup.Group
+		for i, s := range stops {
+			dg.Go(func() error {
+				errs[i] = s.Shutdown(sctx)
+				return nil
+			})
+		}
+		_ = dg.Wait()
+		_ = h3.Close()
+		_ = l.QUIC.Close()
+		return errors.Join(errs...)
+	})
+	return g.Wait()
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// AdminHandler serves /metrics from g and /debug/pprof/.
+func AdminHandler(g prometheus.Gatherer) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return m
+}

@@ -1,0 +1,45 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	served         *prometheus.CounterVec
+	fallbacks      *prometheus.CounterVec
+	permitsInUse   prometheus.Gauge
+	parallel       prometheus.Counter
+	recon          *prometheus.HistogramVec
+	transferBytes  prometheus.Counter
+	verifyFailures prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_http_requests_total",
+			Help: "Requests by route and status."}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "xet_edge_http_request_duration_seconds",
+			Help: "Request handling time by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_http_served_bytes_total",
+			Help: "Answer body bytes written, by protocol (h1, h2, h3)."}, []string{"proto"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_fallbacks_total",
+			Help: "Requests the edge could have answered but proxied to the origin, by reason."}, []string{"reason"}),
+		permitsInUse: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_edge_recon_permits_in_use",
+			Help: "Reconstruction permits held (requests plus extra writers)."}),
+		parallel: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_recon_parallel_writes_total",
+			Help: "Answers written with extra writer goroutines."}),
+		recon: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "xet_edge_recon_duration_seconds",
+			Help:    "Local reconstruction time (lookup, plan, write) by version.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"version"}),
+		transferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_served_bytes_total",
+			Help: "Xorb bytes served on the transfer route."}),
+		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
+			Help: "Transfer requests refused because the origin's bytes failed verification."}),
+	}
+	m.fallbacks.WithLabelValues("no_permit")
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon,
+			m.transferBytes, m.verifyFailures)
+	}
+	return m
+}

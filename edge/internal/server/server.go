@@ -1,0 +1,183 @@
+// Package server is the edge's HTTP service: reconstructions answered from the metadata cache
+// with URLs the edge signs for its own transfer route, that transfer route served from the
+// verified xorb data cache, and every other CAS route proxied to the origin as a stream.
+//
+//	client ─┬─ /v1|v2/reconstructions, /v1/files ─► permit? ─┬─ yes ► metacache ► recon.Plan ► Encoder
+//	        │                                                └─ no ─► proxy to origin (fallback)
+//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Layout ► XorbBytes (verified)
+//	        └─ uploads, shards, dedup, telemetry, token route ───────────► proxy to origin
+//
+// Handlers return errors; one wrapper maps them to a status with httpapi.Errors. Nothing is
+// ever answered 429/503 for saturation: without a free permit the origin answers instead.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/edge/internal/metacache"
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// Metadata answers file and layout lookups (*metacache.Cache).
+type Metadata interface {
+	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error)
+}
+
+// XorbBytes serves verified serialized chunks of a xorb (*datacache.Cache): the stored bytes
+// [start, end), which must lie on chunk boundaries of l.
+type XorbBytes interface {
+	ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64) ([]byte, error)
+}
+
+// Tokens verifies bearer tokens (*tokens.Verifier).
+type Tokens interface {
+	VerifyRequest(r *http.Request) (*auth.Claims, error)
+}
+
+// ErrCorrupt is what an XorbBytes error must wrap (alone or besides its own sentinel, see
+// Options.CorruptErrs) when the origin sent bytes that failed verification: 502, counted.
+var ErrCorrupt = errors.New("edge: origin sent corrupt xorb bytes")
+
+// ErrBadRange is what an XorbBytes error wraps for a range off chunk boundaries.
+var ErrBadRange = errors.New("edge: range not on chunk boundaries")
+
+// Options configure a Server. Every field without a default is required.
+type Options struct {
+	Meta   Metadata
+	Bytes  XorbBytes
+	Tokens Tokens
+	Signer *urlsign.Signer // signs and verifies the edge's own transfer URLs
+	// Origin is the origin's base URL and Transport the round tripper towards it (shared with
+	// the internal API client); both serve the proxied routes and the fallback.
+	Origin    *url.URL
+	Transport http.RoundTripper
+	// Permits is how many reconstructions are answered locally at once (0: all proxied).
+	Permits int
+	// ParallelAt is the term count from which an answer takes extra writer permits.
+	ParallelAt int
+	// Ready reports whether the edge can serve (/readyz); nil means always.
+	Ready func(ctx context.Context) error
+	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
+	// cache's own), and BadRangeErrs the extra ones meaning ErrBadRange.
+	CorruptErrs, BadRangeErrs []error
+	Log                       *slog.Logger
+	Registerer                prometheus.Registerer
+	Now                       func() time.Time
+}
+
+// Server serves the edge's routes. It is safe for concurrent use.
+type Server struct {
+	o       Options
+	log     *slog.Logger
+	errs    *httpapi.Errors
+	permits *permits
+	proxy   *httputil.ReverseProxy
+	m       *metrics
+	mux     *http.ServeMux
+}
+
+// New builds a Server.
+func New(o Options) (*Server, error) {
+	if o.Meta == nil || o.Bytes == nil || o.Tokens == nil || o.Signer == nil || o.Origin == nil {
+		return nil, errors.New("server: Meta, Bytes, Tokens, Signer and Origin are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ParallelAt <= 0 {
+		o.ParallelAt = 20000
+	}
+	if o.Transport == nil {
+		o.Transport = originapi.NewTransport()
+	}
+	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
+	s.permits = newPermits(o.Permits, s.m.permitsInUse)
+	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
+	s.proxy = s.newProxy()
+	s.routes()
+	return s, nil
+}
+
+// rules map the edge's sentinels; they are checked before the shared ones. Nothing here is a
+// 503: an unusable origin is a 502 (or 504 when it did not answer in time).
+func (s *Server) rules() []httpapi.Rule {
+	r := []httpapi.Rule{
+		{Err: originapi.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
+		{Err: originapi.ErrTimeout, Status: http.StatusGatewayTimeout, Code: "origin_timeout"},
+		{Err: originapi.ErrUnavailable, Status: http.StatusBadGateway, Code: "origin_unavailable"},
+		{Err: metacache.ErrMissingLayout, Status: http.StatusBadGateway, Code: "origin_inconsistent"},
+		{Err: recon.ErrTermMismatch, Status: http.StatusBadGateway, Code: "origin_inconsistent"},
+		{Err: ErrCorrupt, Status: http.StatusBadGateway, Code: "origin_corrupt"},
+		{Err: ErrBadRange, Status: http.StatusRequestedRangeNotSatisfiable, Code: "bad_range"},
+		{Err: context.DeadlineExceeded, Status: http.StatusGatewayTimeout, Code: "origin_timeout"},
+	}
+	for _, e := range s.o.CorruptErrs {
+		r = append(r, httpapi.Rule{Err: e, Status: http.StatusBadGateway, Code: "origin_corrupt"})
+	}
+	for _, e := range s.o.BadRangeErrs {
+		r = append(r, httpapi.Rule{Err: e, Status: http.StatusRequestedRangeNotSatisfiable, Code: "bad_range"})
+	}
+	return r
+}
+
+// isCorrupt reports whether err means the origin sent bytes that failed verification.
+func (s *Server) isCorrupt(err error) bool {
+	if errors.Is(err, ErrCorrupt) {
+		return true
+	}
+	for _, e := range s.o.CorruptErrs {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Handler is the handler of every client listener (TLS TCP, HTTP/3, plain HTTP).
+func (s *Server) Handler() http.Handler { return httpapi.WithRequestID(s.mux) }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	local := func(pattern string, need auth.Access, fn handlerFunc) {
+		m.Handle(pattern, s.wrap(pattern, need, fn))
+	}
+	proxied := func(pattern string) {
+		m.Handle(pattern, s.wrap(pattern, "", s.forward))
+	}
+	open := auth.Access("")
+	local("GET /v1/reconstructions/{file}", auth.Read, s.reconV1)
+	local("GET /v2/reconstructions/{file}", auth.Read, s.reconV2)
+	local("HEAD /v1/files/{file}", auth.Read, s.headFile)
+	local("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)
+	local("GET /healthz", open, s.healthz)
+	local("GET /readyz", open, s.readyz)
+	proxied("POST /v1/xorbs/{prefix}/{hash}")
+	proxied("HEAD /v1/xorbs/{prefix}/{hash}")
+	proxied("POST /v1/shards")
+	proxied("POST /v2/shards")
+	proxied("POST /v1/telemetry")
+	proxied("GET /v1/chunks/{prefix}/{hash}")
+	proxied("GET /v1/reconstructions")
+	proxied("POST /v1/reconstructions")
+	proxied("GET /api/{type}/{namespace}/{name}/{op}/{rev...}")
+	local("/", open, func(http.ResponseWriter, *http.Request) error { return httpapi.ErrNotFound })
+	s.mux = m
+}
