@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xetcdn/xetcdn/edge/internal/config"
+	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 )
@@ -18,8 +19,13 @@ type dataSource struct {
 	close             func() error
 }
 
-// openData opens the xorb byte source: every read goes to the origin and is verified before
-// it is served (the on-disk data cache plugs in here).
+// openData opens the verified on-disk xorb cache, filled from the origin's internal xorb route.
 func openData(ctx context.Context, cfg *config.Config, client *originapi.Client, log *slog.Logger, reg prometheus.Registerer) (*dataSource, error) {
-	return &dataSource{bytes: server.Passthrough{Fetcher: client}, close: func() error { return nil }}, nil
+	c, err := datacache.Open(ctx, datacache.Options{Dir: cfg.Cache.DataDir, MaxBytes: cfg.Cache.DataBytes,
+		Fetcher: client, FillTimeout: cfg.Limits.FillTimeout.D(), Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &dataSource{bytes: c, corrupt: []error{datacache.ErrCorrupt}, badRange: []error{datacache.ErrBadRange},
+		close: c.Close}, nil
 }

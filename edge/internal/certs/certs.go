@@ -80,10 +80,12 @@ func generate(hosts []string, now time.Time) (certPEM, keyPEM []byte, err error)
 		Subject:               pkix.Name{Organization: []string{"xetcdn edge (self-signed)"}, CommonName: "xetcdn-edge"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(selfSignedValidity),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
-		IsCA:                  true,
+		// A leaf, not a CA: webpki (hf_xet's rustls) refuses a CA:TRUE certificate as the
+		// server's own even when it is the trusted file (test/interop/README.md).
+		IsCA: false,
 	}
 	for _, h := range append([]string{"localhost", "127.0.0.1", "::1"}, hosts...) {
 		if ip := net.ParseIP(h); ip != nil {

@@ -53,7 +53,7 @@ type Tokens interface {
 // Options.CorruptErrs) when the origin sent bytes that failed verification: 502, counted.
 var ErrCorrupt = errors.New("edge: origin sent corrupt xorb bytes")
 
-// ErrBadRange is what an XorbBytes error wraps for a range off chunk boundaries.
+// ErrBadRange is what an XorbBytes error may wrap for a range off chunk boundaries (416).
 var ErrBadRange = errors.New("edge: range not on chunk boundaries")
 
 // Options configure a Server. Every field without a default is required.

@@ -148,3 +148,17 @@ func newBoundary() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// firstEndAbove is the index of the chunk holding stored byte off (off < ChunkAreaLen).
+func firstEndAbove(l *xorb.Layout, off int64) int {
+	lo, hi := 0, l.NumChunks()
+	for lo < hi {
+		m := (lo + hi) / 2
+		if int64(l.StoredEnds[m]) > off {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
