@@ -70,23 +70,33 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	if err != nil {
 		return nil, err
 	}
-	signer, err := urlsign.New(urlsign.Options{BaseURL: cfg.PublicURL, Key: key, TTL: cfg.Auth.TransferURLTTL.D()})
+	cert, err := loadCert(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := loadCert(cfg)
+	lns, err := server.Listen(cfg.Listen, cfg.HTTPListen, cfg.AdminListen)
 	if err != nil {
+		return nil, err
+	}
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = config.DefaultPublicURL(lns.TLS.Addr().String())
+	}
+	signer, err := urlsign.New(urlsign.Options{BaseURL: cfg.PublicURL, Key: key, TTL: cfg.Auth.TransferURLTTL.D()})
+	if err != nil {
+		lns.Close()
 		return nil, err
 	}
 	meta, err := metacache.New(metacache.Options{Origin: client, MaxBytes: cfg.Cache.MetaBytes,
 		ExpectedEntries: cfg.Cache.MetaEntries, VisibilityTTL: cfg.Cache.VisibilityTTL.D(),
 		FillTimeout: cfg.Limits.FillTimeout.D(), Registerer: reg})
 	if err != nil {
+		lns.Close()
 		return nil, err
 	}
 	data, err := openData(ctx, cfg, client, log, reg)
 	if err != nil {
 		meta.Close()
+		lns.Close()
 		return nil, err
 	}
 	srv, err := server.New(server.Options{
@@ -106,12 +116,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	if err != nil {
 		meta.Close()
 		data.close()
-		return nil, err
-	}
-	lns, err := server.Listen(cfg.Listen, cfg.HTTPListen, cfg.AdminListen)
-	if err != nil {
-		meta.Close()
-		data.close()
+		lns.Close()
 		return nil, err
 	}
 	e := &Edge{lns: lns, done: make(chan struct{})}

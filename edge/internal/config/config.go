@@ -39,7 +39,7 @@ type Config struct {
 	HTTPListen  string `json:"http_listen"`  // plain HTTP (behind a TLS-terminating LB); empty = off
 	AdminListen string `json:"admin_listen"` // /metrics and /debug/pprof; empty = off
 	// PublicURL is the edge's base URL as clients reach it: the base of the transfer URLs it
-	// signs. Empty = "https://" + Listen.
+	// signs. Empty = "https://" + the bound TLS address (see DefaultPublicURL).
 	PublicURL string `json:"public_url"`
 	// Permits bounds the reconstructions answered locally at once; when none is free the
 	// request is proxied to the origin. 0 proxies every reconstruction.
@@ -207,12 +207,13 @@ func (c *Config) fillDerived() {
 			c.Auth.KeyDir = filepath.Join(c.DataDir, keysDirName)
 		}
 	}
-	if c.PublicURL == "" && c.Listen != "" {
-		c.PublicURL = "https://" + c.Listen
-	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	c.Origin = strings.TrimRight(c.Origin, "/")
 }
+
+// DefaultPublicURL is the public URL when none is configured: the TLS listener as bound
+// (so a ":0" port becomes the real one).
+func DefaultPublicURL(boundTLS string) string { return "https://" + boundTLS }
 
 // TLSDir is where the self-signed certificate is kept.
 func (c *Config) TLSDir() string { return filepath.Join(c.DataDir, tlsDirName) }
@@ -230,6 +231,9 @@ func (c *Config) Validate() error {
 		bad("--origin-token (or %s) is required", EnvOriginToken)
 	}
 	for name, u := range map[string]string{"origin": c.Origin, "public_url": c.PublicURL} {
+		if name == "public_url" && u == "" {
+			continue // defaults to the bound TLS address
+		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			bad("%s %q is not an http(s) URL", name, u)
 		}
