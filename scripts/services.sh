@@ -86,7 +86,7 @@ wait_for() {
 
 http_ok() { # http_ok URL: true when URL answers 2xx
 	if command -v curl >/dev/null; then
-		curl -fsS -o /dev/null --max-time 2 "$1"
+		curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null
 	else
 		python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$1"
 	fi
@@ -336,4 +336,5 @@ main() {
 	esac
 }
 
-main "$@"
+# Sourcing the script (to call one function by hand) does not run main.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi
