@@ -33,9 +33,10 @@ type FileInfo struct {
 // the whole stream. It reads through a Reader, so its buffer memory is fixed; it also keeps the
 // list of chunks (40 bytes per chunk, about 0.06% of the input) because the file hash needs it.
 //
-// The SHA-256 runs on a second goroutine, overlapping with chunking and chunk hashing, one
-// buffer fill at a time; no goroutine outlives the fill it was started for, so a Hasher that is
-// dropped half way leaks nothing. With GOMAXPROCS=1 the work is simply sequential.
+// The SHA-256 runs on other goroutines, overlapping with chunking and chunk hashing: one per
+// large buffer fill, each waiting for the previous one, and each ending once its bytes are
+// hashed, so a Hasher that is dropped half way leaks nothing. The Reader then alternates between
+// two buffers. With GOMAXPROCS=1 the work is simply sequential.
 //
 // A Hasher is not safe for concurrent use.
 type Hasher struct {
