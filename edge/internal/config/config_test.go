@@ -1,0 +1,48 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoad(t *testing.T) {
+	base := []string{"--origin", "http://o:8080", "--origin-token", "tok", "--data-dir", "/d", "--listen", "127.0.0.1:8443"}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	c, err := Load(base, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Permits != 64 || c.Cache.DataDir != "/d/xorbs" || c.Auth.KeyDir != "/d/keys" || c.PublicURL != "" {
+		t.Errorf("defaults: %+v", c)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"permits": 3, "limits": {"origin_timeout": "2s"}}`), 0o644)
+	c, err = Load(append(base, "--config", file, "--permits", "0"), env(nil))
+	if err != nil || c.Permits != 0 || c.Limits.OriginTimeout.D().Seconds() != 2 {
+		t.Errorf("file + flag: %+v %v", c, err)
+	}
+	c, err = Load([]string{"--origin", "http://o", "--data-dir", "/d"}, env(map[string]string{EnvOriginToken: "secret"}))
+	if err != nil || c.OriginToken != "secret" {
+		t.Errorf("token from env: %v", err)
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	_, err := Load([]string{"--origin", "ftp://x", "--listen", "nope", "--permits", "-1"}, func(string) string { return "" })
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err %v", err)
+	}
+	for _, want := range []string{"data_dir", "origin-token", "origin", "listen", "permits"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s: %v", want, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"nope": 1}`), 0o644)
+	if _, err := Load([]string{"--config", file}, func(string) string { return "" }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown key: %v", err)
+	}
+}

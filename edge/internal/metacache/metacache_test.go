@@ -1,0 +1,248 @@
+package metacache
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+var errNotFound = errors.New("fake: not found")
+
+// fakeOrigin serves records visible in the scopes listed, counts calls, and can hold calls
+// until release is closed.
+type fakeOrigin struct {
+	mu       sync.Mutex
+	visible  map[string]bool // scope + file string
+	records  map[hash.Hash]*recon.FileRecord
+	layouts  map[hash.Hash]*xorb.Layout
+	files    atomic.Int64
+	checks   atomic.Int64
+	layoutsN atomic.Int64
+	gate     chan struct{} // nil: no waiting
+	entered  chan struct{} // receives once per File call when not nil (buffered 1)
+}
+
+func (f *fakeOrigin) wait(ctx context.Context) error {
+	if f.gate == nil {
+		return nil
+	}
+	select {
+	case <-f.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeOrigin) isVisible(h hash.Hash, scope string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.visible[scope+h.String()]
+}
+
+func (f *fakeOrigin) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	f.files.Add(1)
+	if f.entered != nil {
+		select {
+		case f.entered <- struct{}{}:
+		default:
+		}
+	}
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	if !f.isVisible(h, scope) {
+		return nil, errNotFound
+	}
+	return f.records[h], nil
+}
+
+func (f *fakeOrigin) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	f.checks.Add(1)
+	if !f.isVisible(h, scope) {
+		return errNotFound
+	}
+	return nil
+}
+
+func (f *fakeOrigin) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	f.layoutsN.Add(1)
+	out := map[hash.Hash]*xorb.Layout{}
+	for _, h := range hs {
+		if l := f.layouts[h]; l != nil {
+			out[h] = l
+		}
+	}
+	return out, nil
+}
+
+func newFake() (*fakeOrigin, hash.Hash) {
+	b := xorb.NewBuilder(xorb.None)
+	b.Add([]byte("hello"), hash.Chunk([]byte("hello")))
+	_, l := b.Finish()
+	fh := hash.File([]hash.Leaf{{Hash: l.ChunkHashes[0], Size: 5}})
+	rec := &recon.FileRecord{Hash: fh, Size: 5, Terms: []recon.Term{{Xorb: l.Hash, Start: 0, End: 1, RawBytes: 5, ByteEnd: l.StoredEnds[0]}}}
+	return &fakeOrigin{
+		visible: map[string]bool{"a" + fh.String(): true, "b" + fh.String(): true},
+		records: map[hash.Hash]*recon.FileRecord{fh: rec},
+		layouts: map[hash.Hash]*xorb.Layout{l.Hash: l},
+	}, fh
+}
+
+func newCache(t *testing.T, f *fakeOrigin, now func() time.Time) *Cache {
+	t.Helper()
+	c, err := New(Options{Origin: f, MaxBytes: 1 << 20, ExpectedEntries: 100, VisibilityTTL: time.Minute,
+		Now: now, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestHitsAndVisibility(t *testing.T) {
+	f, fh := newFake()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c := newCache(t, f, clock)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := c.File(ctx, fh, "a"); err != nil {
+			t.Fatal(err)
+		}
+		c.Wait()
+	}
+	if n := f.files.Load(); n != 1 {
+		t.Errorf("3 lookups made %d origin calls, want 1", n)
+	}
+	// Another scope: the record is cached, only visibility is checked (no record transfer).
+	if _, err := c.File(ctx, fh, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if f.files.Load() != 1 || f.checks.Load() != 1 {
+		t.Errorf("second scope: %d record fetches, %d checks; want 1 and 1", f.files.Load(), f.checks.Load())
+	}
+	if _, err := c.File(ctx, fh, "c"); !errors.Is(err, errNotFound) {
+		t.Errorf("invisible scope: %v, want the origin's not-found", err)
+	}
+	// After the TTL, visibility is checked again.
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	if _, err := c.File(ctx, fh, "a"); err != nil || f.checks.Load() != 3 {
+		t.Errorf("after TTL: err %v, checks %d, want 3", err, f.checks.Load())
+	}
+}
+
+func TestRevokeStopsServing(t *testing.T) {
+	f, fh := newFake()
+	c := newCache(t, f, nil)
+	ctx := context.Background()
+	if _, err := c.File(ctx, fh, "a"); err != nil {
+		t.Fatal(err)
+	}
+	c.Wait()
+	f.mu.Lock()
+	delete(f.visible, "a"+fh.String())
+	f.mu.Unlock()
+	// Still cached (within the TTL) until the revocation arrives.
+	if _, err := c.File(ctx, fh, "a"); err != nil {
+		t.Fatalf("before the event: %v", err)
+	}
+	for _, files := range [][]hash.Hash{{fh}, nil} {
+		c.Revoke("a", files)
+		if _, err := c.File(ctx, fh, "a"); !errors.Is(err, errNotFound) {
+			t.Errorf("after Revoke(%v): %v, want not found", files, err)
+		}
+	}
+	if _, err := c.File(ctx, fh, "b"); err != nil {
+		t.Errorf("other scope after a revocation: %v", err)
+	}
+}
+
+func TestRevokeDuringFill(t *testing.T) {
+	f, fh := newFake()
+	f.gate, f.entered = make(chan struct{}), make(chan struct{}, 1)
+	c := newCache(t, f, nil)
+	done := make(chan error, 1)
+	go func() { _, err := c.File(context.Background(), fh, "a"); done <- err }()
+	<-f.entered        // the fill is inside the origin call
+	c.Revoke("a", nil) // arrives while the fill is in flight
+	close(f.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The answer obtained before the revocation must not be remembered.
+	if c.vis.fresh(fh, "a", time.Now()) {
+		t.Error("a fill that raced a revocation stored its visibility")
+	}
+}
+
+func TestConcurrentMissesCollapseAndSurviveCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, fh := newFake()
+		f.gate = make(chan struct{})
+		c := newCache(t, f, nil)
+		const n = 16
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		cancelled, cancel := context.WithCancel(context.Background())
+		for i := 0; i < n; i++ {
+			ctx := context.Background()
+			if i == 0 {
+				ctx = cancelled
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); _, errs[i] = c.File(ctx, fh, "a") }()
+		}
+		synctest.Wait() // one caller is inside the origin call, the others wait on its flight
+		cancel()        // one caller leaves; the fill must go on for the others
+		synctest.Wait()
+		close(f.gate)
+		wg.Wait()
+		if !errors.Is(errs[0], context.Canceled) {
+			t.Errorf("cancelled caller: %v", errs[0])
+		}
+		for i := 1; i < n; i++ {
+			if errs[i] != nil {
+				t.Errorf("caller %d: %v", i, errs[i])
+			}
+		}
+		if got := f.files.Load(); got != 1 {
+			t.Errorf("%d concurrent misses made %d origin calls, want 1", n, got)
+		}
+	})
+}
+
+func TestLayouts(t *testing.T) {
+	f, _ := newFake()
+	c := newCache(t, f, nil)
+	var xh hash.Hash
+	for h := range f.layouts {
+		xh = h
+	}
+	for i := 0; i < 2; i++ {
+		l, err := c.Layout(context.Background(), xh)
+		if err != nil || l.Hash != xh {
+			t.Fatalf("layout: %v", err)
+		}
+		c.Wait()
+	}
+	if f.layoutsN.Load() != 1 {
+		t.Errorf("%d layout calls, want 1", f.layoutsN.Load())
+	}
+	if _, err := c.Layout(context.Background(), hash.Chunk([]byte("x"))); !errors.Is(err, ErrMissingLayout) {
+		t.Errorf("unknown xorb: %v", err)
+	}
+}
