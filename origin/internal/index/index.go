@@ -42,7 +42,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -225,11 +227,14 @@ func NewBatch(r *Registration) (*Batch, error) {
 	return b, nil
 }
 
-// CheckScope reports, wrapping ErrInvalid, whether scope is unusable (empty or longer than
-// MaxScopeLen).
+// CheckScope reports, wrapping ErrInvalid, whether scope is unusable: empty, longer than
+// MaxScopeLen, not UTF-8 or holding a NUL byte (which no SQL text column accepts).
 func CheckScope(scope string) error {
 	if scope == "" || len(scope) > MaxScopeLen {
 		return fmt.Errorf("%w: scope of %d bytes", ErrInvalid, len(scope))
+	}
+	if !utf8.ValidString(scope) || strings.IndexByte(scope, 0) >= 0 {
+		return fmt.Errorf("%w: scope %q is not NUL-free UTF-8", ErrInvalid, scope)
 	}
 	return nil
 }

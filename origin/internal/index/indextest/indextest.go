@@ -615,11 +615,13 @@ func testInvalid(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
 	g := NewGen(11)
 	for name, r := range map[string]*index.Registration{
-		"nil":         nil,
-		"empty scope": {Shard: g.Hash()},
-		"long scope":  {Shard: g.Hash(), Scope: string(make([]byte, index.MaxScopeLen+1))},
-		"nil record":  {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{nil}},
-		"bad record":  {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{{Hash: g.Hash(), Size: 1}}},
+		"nil":          nil,
+		"empty scope":  {Shard: g.Hash()},
+		"long scope":   {Shard: g.Hash(), Scope: string(make([]byte, index.MaxScopeLen+1))},
+		"NUL in scope": {Shard: g.Hash(), Scope: "models/a\x00b"},
+		"non-UTF-8":    {Shard: g.Hash(), Scope: "models/\xff"},
+		"nil record":   {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{nil}},
+		"bad record":   {Shard: g.Hash(), Scope: "s", Files: []*recon.FileRecord{{Hash: g.Hash(), Size: 1}}},
 	} {
 		if ins, err := ix.RegisterShard(ctx, r); !errors.Is(err, index.ErrInvalid) || ins {
 			t.Errorf("RegisterShard(%s) = %v, %v; want ErrInvalid", name, ins, err)

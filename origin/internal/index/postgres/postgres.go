@@ -1,16 +1,22 @@
 // Package postgres implements index.Index on PostgreSQL (pgx/v5, pgxpool), the production
 // index of the origin. Several origin replicas may share one database.
 //
-// Every lookup is one statement and one round trip, and so is RegisterShard: one statement whose
-// data-modifying CTEs insert the shard row, the file records, the visibility rows and the dedup
-// entries from arrays (unnest), in an implicit transaction. Rows are inserted table by table in
-// a fixed order and in ascending key order within a table (index.NewBatch sorts them), with ON
-// CONFLICT DO NOTHING, so concurrent registrations of the same or overlapping shards only ever
-// wait on each other in one direction and cannot deadlock. Durability is Postgres's: with the
-// default synchronous_commit a method returns after its commit is flushed.
+// Every lookup is one statement and one round trip. Registrations are group-committed: a few
+// registrar goroutines each take every RegisterShard call waiting at that moment (up to
+// Options.MaxBatch) and commit them with ONE statement whose data-modifying CTEs insert the
+// shard rows, file records, visibility rows and dedup entries from arrays (unnest), in an
+// implicit transaction. Under load this turns many small commits, each waiting for a WAL flush,
+// into a few larger ones; with a single caller a batch is just that call. Rows go in table by
+// table in a fixed order and in ascending key order within a table, with ON CONFLICT DO
+// NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
+// keys only ever wait on each other in one direction and cannot deadlock. When a batch fails for
+// a reason other than the database being unavailable, its registrations are retried one by
+// one, so one bad registration fails alone. Durability is Postgres's: with the default
+// synchronous_commit a method returns after its commit is flushed.
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -43,20 +49,46 @@ var (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Options configures Open.
+// Options configures Open. Zero values pick the defaults.
 type Options struct {
 	// DSN is a libpq-style URL or key=value string. Parameters pgx does not know are sent as
 	// run-time parameters (e.g. search_path=myschema).
 	DSN string
-	// MaxConns bounds the pool (default: pgxpool's, max(4, GOMAXPROCS)).
+	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
+	// them; the rest serve lookups.
 	MaxConns int32
+	// Registrars is the number of registration statements in flight at once (default 8).
+	Registrars int
+	// MaxBatch bounds the registrations one statement commits (default 64).
+	MaxBatch int
+	// WriteTimeout bounds one registration statement (default 30s). It is not the callers'
+	// context: a batch serves several callers and must not fail because one of them left.
+	WriteTimeout time.Duration
 }
 
 // DB is an index.Index on PostgreSQL. It is safe for concurrent use; Close it once done.
 type DB struct {
-	pool   *pgxpool.Pool
-	closed atomic.Bool
-	once   sync.Once
+	pool         *pgxpool.Pool
+	regs         chan *regOp
+	maxBatch     int
+	writeTimeout time.Duration
+	mu           sync.RWMutex // held for reading while enqueueing a registration, for writing by Close
+	closed       atomic.Bool
+	closing      chan struct{}
+	registrars   sync.WaitGroup
+	once         sync.Once
+}
+
+// regOp is one RegisterShard call waiting for a registrar.
+type regOp struct {
+	ctx  context.Context
+	b    *index.Batch
+	done chan regResult // buffered; receives exactly one result
+}
+
+type regResult struct {
+	inserted bool
+	err      error
 }
 
 // Lock keys of transaction-scoped advisory locks (pg_advisory_xact_lock).
@@ -72,17 +104,32 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres: %w", index.ErrInvalid, err)
 	}
+	if o.Registrars <= 0 {
+		o.Registrars = 8
+	}
+	cfg.MaxConns = int32(o.Registrars) + 8
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 64
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
-	db := &DB{pool: pool}
+	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), maxBatch: o.MaxBatch,
+		writeTimeout: o.WriteTimeout, closing: make(chan struct{})}
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	for range o.Registrars {
+		db.registrars.Add(1)
+		go db.registrar()
 	}
 	return db, nil
 }
@@ -188,22 +235,24 @@ const (
 	qDedup    = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
 	qEvents   = `SELECT seq, scope, files, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 
-	// qRegister inserts a whole registration in one statement. The main query reads s, so the
-	// shard row is inserted first; the unreferenced CTEs f, v, d run to completion afterwards,
-	// in that order, the same for every registration.
+	// qRegister commits a batch of registrations in one statement. The main query reads s, so
+	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
+	// afterwards, in that order, the same for every batch. It returns the shards that were new.
 	qRegister = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1
+	INSERT INTO shards(hash, scope, xorbs)
+	SELECT h, sc, x FROM unnest($1::bytea[], $2::text[], $3::bytea[]) AS u(h, sc, x) ORDER BY h
+	ON CONFLICT DO NOTHING RETURNING hash
 ), f AS (
 	INSERT INTO files(hash, record)
 	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h ON CONFLICT DO NOTHING
 ), v AS (
 	INSERT INTO visibility(scope, file)
-	SELECT $2, h FROM unnest($4::bytea[]) AS u(h) ORDER BY h ON CONFLICT DO NOTHING
+	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc, h ON CONFLICT DO NOTHING
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
-	SELECT c, $1 FROM unnest($6::bytea[]) AS u(c) ORDER BY c ON CONFLICT DO NOTHING
+	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c ON CONFLICT DO NOTHING
 )
-SELECT EXISTS (SELECT 1 FROM s)`
+SELECT hash FROM s`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
@@ -291,26 +340,198 @@ func (db *DB) XorbSize(ctx context.Context, h hash.Hash) (uint64, error) {
 	return uint64(n), nil
 }
 
-// RegisterShard implements index.Index.
+// RegisterShard implements index.Index. The call waits for the commit of the batch that
+// carries it; when ctx ends before a registrar took it, it is not registered.
 func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, error) {
 	b, err := index.NewBatch(r)
 	if err != nil {
 		return false, err
 	}
-	if err := db.check(); err != nil {
-		return false, err
+	op := &regOp{ctx: ctx, b: b, done: make(chan regResult, 1)}
+	// The read lock orders every enqueue before Close closes db.closing, so the registrars'
+	// final drain sees every queued op.
+	db.mu.RLock()
+	if db.closed.Load() {
+		db.mu.RUnlock()
+		return false, errClosed
 	}
-	xorbs := b.Xorbs
-	if xorbs == nil {
-		xorbs = []byte{}
+	select {
+	case db.regs <- op:
+		db.mu.RUnlock()
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return false, ctx.Err()
 	}
-	var inserted bool
-	err = db.pool.QueryRow(ctx, qRegister, b.Shard[:], b.Scope, xorbs,
-		hashArgs(b.FileHashes), b.Records, hashArgs(b.Dedup)).Scan(&inserted)
+	// Once queued, the op is always answered, and the caller must learn whether it was
+	// committed, so wait regardless of ctx.
+	res := <-op.done
+	if res.err != nil {
+		return false, fmt.Errorf("register shard %s: %w", r.Shard, res.err)
+	}
+	return res.inserted, nil
+}
+
+// registrar commits batches of queued registrations until Close, then drains the queue.
+func (db *DB) registrar() {
+	defer db.registrars.Done()
+	batch := make([]*regOp, 0, db.maxBatch)
+	for {
+		select {
+		case op := <-db.regs:
+			batch = append(batch[:0], op)
+		case <-db.closing:
+			for {
+				select {
+				case op := <-db.regs:
+					db.register([]*regOp{op})
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < db.maxBatch {
+			select {
+			case op := <-db.regs:
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		db.register(batch)
+	}
+}
+
+// register commits ops in one statement and answers each of them.
+func (db *DB) register(ops []*regOp) {
+	live := ops[:0:0]
+	for _, op := range ops {
+		if err := op.ctx.Err(); err != nil {
+			op.done <- regResult{err: err}
+			continue
+		}
+		live = append(live, op)
+	}
+	if len(live) == 0 {
+		return
+	}
+	args := registerArgs(live)
+	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, qRegister, args...)
+	newShards := make(map[hash.Hash]bool, len(live))
+	if err == nil {
+		for rows.Next() {
+			var k []byte
+			if err = rows.Scan(&k); err != nil {
+				break
+			}
+			h, herr := index.HashFromBytes(k)
+			if herr != nil {
+				err = herr
+				break
+			}
+			newShards[h] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
 	if err != nil {
-		return false, fmt.Errorf("register shard %s: %w", r.Shard, translate(err))
+		err = translate(err)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: registration timed out after %v: %w", index.ErrUnavailable, db.writeTimeout, err)
+		}
+		if len(live) > 1 && !errors.Is(err, index.ErrUnavailable) {
+			// Isolate the failure: whatever broke the batch fails only its own registration.
+			for _, op := range live {
+				db.register([]*regOp{op})
+			}
+			return
+		}
+		for _, op := range live {
+			op.done <- regResult{err: err}
+		}
+		return
 	}
-	return inserted, nil
+	// The first op of a new shard reports it inserted; a duplicate in the same batch does not.
+	for _, op := range live {
+		op.done <- regResult{inserted: newShards[op.b.Shard]}
+		delete(newShards, op.b.Shard)
+	}
+}
+
+// registerArgs builds the arrays of qRegister from a batch: per table, keys unique (the first
+// op of the batch wins) and sorted.
+func registerArgs(ops []*regOp) []any {
+	type file struct {
+		h   hash.Hash
+		rec []byte
+	}
+	type vis struct {
+		scope string
+		h     hash.Hash
+	}
+	type chunk struct{ c, shard hash.Hash }
+	var (
+		shards = make([]*index.Batch, 0, len(ops))
+		files  []file
+		viss   []vis
+		chunks []chunk
+		seenS  = make(map[hash.Hash]bool, len(ops))
+		seenF  = make(map[hash.Hash]bool)
+		seenV  = make(map[vis]bool)
+		seenC  = make(map[hash.Hash]bool)
+	)
+	for _, op := range ops {
+		b := op.b
+		if !seenS[b.Shard] {
+			seenS[b.Shard] = true
+			shards = append(shards, b)
+		}
+		for i, h := range b.FileHashes {
+			if !seenF[h] {
+				seenF[h] = true
+				files = append(files, file{h, b.Records[i]})
+			}
+			if v := (vis{b.Scope, h}); !seenV[v] {
+				seenV[v] = true
+				viss = append(viss, v)
+			}
+		}
+		for _, c := range b.Dedup {
+			if !seenC[c] {
+				seenC[c] = true
+				chunks = append(chunks, chunk{c, b.Shard})
+			}
+		}
+	}
+	// The statement sorts too; sorting here keeps the arrays canonical for any plan.
+	slices.SortFunc(shards, func(a, b *index.Batch) int { return bytes.Compare(a.Shard[:], b.Shard[:]) })
+	slices.SortFunc(files, func(a, b file) int { return bytes.Compare(a.h[:], b.h[:]) })
+	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
+
+	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
+	for i, b := range shards {
+		sh[i], sc[i], sx[i] = b.Shard[:], b.Scope, b.Xorbs
+		if sx[i] == nil {
+			sx[i] = []byte{}
+		}
+	}
+	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
+	for i := range files {
+		fh[i], fr[i] = files[i].h[:], files[i].rec
+	}
+	vs, vh := make([]string, len(viss)), make([][]byte, len(viss))
+	for i := range viss {
+		vs[i], vh[i] = viss[i].scope, viss[i].h[:]
+	}
+	cc, cs := make([][]byte, len(chunks)), make([][]byte, len(chunks))
+	for i := range chunks {
+		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
+	}
+	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs}
 }
 
 // File implements index.Index.
@@ -423,10 +644,15 @@ func (db *DB) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool, waiting for connections in use to be released. It is idempotent.
+// Close waits for queued registrations to commit, then closes the pool (waiting for
+// connections in use to be released). It is idempotent.
 func (db *DB) Close() error {
 	db.once.Do(func() {
+		db.mu.Lock()
 		db.closed.Store(true)
+		close(db.closing)
+		db.mu.Unlock()
+		db.registrars.Wait()
 		db.pool.Close()
 	})
 	return nil

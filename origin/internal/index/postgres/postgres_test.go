@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -55,10 +56,16 @@ func freshSchema(t testing.TB) string {
 	return u.String()
 }
 
-func open(t testing.TB) *postgres.DB {
+func open(t testing.TB) *postgres.DB { return openConns(t, 0) }
+
+func openConns(t testing.TB, maxConns int32) *postgres.DB {
+	return openWith(t, postgres.Options{MaxConns: maxConns})
+}
+
+func openWith(t testing.TB, o postgres.Options) *postgres.DB {
 	t.Helper()
-	dsn := freshSchema(t)
-	db, err := postgres.Open(t.Context(), postgres.Options{DSN: dsn})
+	o.DSN = freshSchema(t)
+	db, err := postgres.Open(t.Context(), o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -97,5 +104,24 @@ func TestUnavailable(t *testing.T) {
 	}
 	if _, err := postgres.Open(t.Context(), postgres.Options{DSN: "postgres://xet@127.0.0.1:1/postgres?sslmode=bogus"}); !errors.Is(err, index.ErrInvalid) {
 		t.Fatalf("Open with a malformed DSN: %v, want ErrInvalid", err)
+	}
+}
+
+func BenchmarkRegister(b *testing.B) {
+	for _, c := range []struct {
+		workers, registrars int
+		conns               int32
+	}{{1, 1, 2}, {64, 4, 12}, {64, 8, 16}, {64, 16, 24}} {
+		b.Run(fmt.Sprintf("workers=%d/registrars=%d", c.workers, c.registrars), func(b *testing.B) {
+			indextest.BenchRegister(b, openWith(b, postgres.Options{MaxConns: c.conns, Registrars: c.registrars}), c.workers)
+		})
+	}
+}
+
+func BenchmarkFileLarge(b *testing.B) { indextest.BenchFileLarge(b, open(b)) }
+
+func BenchmarkLayouts(b *testing.B) {
+	for _, n := range []int{2, 64} {
+		b.Run(fmt.Sprintf("xorbs=%d", n), func(b *testing.B) { indextest.BenchLayouts(b, open(b), n) })
 	}
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,5 +98,28 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := sqlite.Open(t.Context(), sqlite.Options{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")}); err == nil {
 		t.Errorf("Open in a missing directory succeeded")
+	}
+}
+
+func benchOpen(b *testing.B) *sqlite.DB {
+	db, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "index.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return db
+}
+
+func BenchmarkRegister(b *testing.B) {
+	for _, w := range []int{1, 64} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) { indextest.BenchRegister(b, benchOpen(b), w) })
+	}
+}
+
+func BenchmarkFileLarge(b *testing.B) { indextest.BenchFileLarge(b, benchOpen(b)) }
+
+func BenchmarkLayouts(b *testing.B) {
+	for _, n := range []int{2, 64} {
+		b.Run(fmt.Sprintf("xorbs=%d", n), func(b *testing.B) { indextest.BenchLayouts(b, benchOpen(b), n) })
 	}
 }
