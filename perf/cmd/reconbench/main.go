@@ -1,163 +1,324 @@
-// Command reconbench measures reconstruction latency at an origin (or edge) over HTTP.
+// Command reconbench measures GET /v1|v2/reconstructions at an origin or an edge over HTTP.
 //
-// It uploads (once; re-uploads are cheap no-ops) a file of -terms terms over -xorbs xorbs of
-// -chunks chunks each, then times -full whole-file and -ranged random-range
-// GET /v2/reconstructions requests, one at a time, each to the last byte of the answer, and
-// prints p50/p90/p99/max.
+// Latency mode (the default) loads, through the real upload routes, a file of -terms terms over
+// -xorbs xorbs of -chunks chunks for every shape of -shapes (skipped when the server already
+// has the file), then times -full whole-file and -ranged random-range requests one at a time,
+// each to the last byte of the answer, and prints p50/p90/p99/max per shape and kind.
 //
 // Shapes: "worst" puts consecutive terms in different xorbs (term i in xorb i mod X), so no two
-// fetch ranges merge; "merged" puts each xorb's terms next to each other, so each xorb's ranges
-// merge into one. Chunks are tiny: answer size depends on the term structure, not the data.
+// fetch ranges merge; "merged" puts each xorb's terms next to each other. Chunks are small
+// (-chunk-min..-chunk-max bytes): the cost of an answer depends on terms, xorbs and chunks,
+// not on the bytes behind them.
 //
-//	reconbench -url http://127.0.0.1:8080 -write-token $W -read-token $R [-shape worst|merged]
+// Throughput mode (-concurrency N -duration D) loads -files files of -min-terms..-max-terms
+// terms (log-uniform) over a pool of -pool-xorbs xorbs, then runs N closed-loop clients for D,
+// each picking a random file and asking for the whole file or (with probability -range-share)
+// a random range, and prints req/s and the latency quantiles.
+//
+//	reconbench -url http://127.0.0.1:8080 -write-token $W -read-token $R [-shapes worst,merged]
+//	reconbench -url https://127.0.0.1:8443 -insecure -upload-url http://127.0.0.1:8080 \
+//	    -write-token $W -read-token $R -concurrency 16 -duration 30s
 package main
 
 import (
-	"bytes"
+	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/perf/fixture"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
+type config struct {
+	url, uploadURL, wtok, rtok, api string
+	insecure                        bool
+	seed                            uint64
+	loadConc                        int
+	chunkMin, chunkMax              int
+
+	shapes             []fixture.Shape
+	xorbs, chunks, nt  int
+	full, ranged       int
+	concurrency        int
+	duration           time.Duration
+	files, pool        int
+	minTerms, maxTerms int
+	rangeShare         float64
+}
+
 func main() {
-	url := flag.String("url", "http://127.0.0.1:8080", "base URL of the origin")
-	wtok := flag.String("write-token", "", "write token (upload)")
-	rtok := flag.String("read-token", "", "read token (reconstruction)")
-	nx := flag.Int("xorbs", 1000, "xorbs")
-	nc := flag.Int("chunks", 1024, "chunks per xorb")
-	nt := flag.Int("terms", 100000, "terms of the file")
-	shape := flag.String("shape", "worst", "worst | merged")
-	full := flag.Int("full", 200, "whole-file requests")
-	ranged := flag.Int("ranged", 200, "random-range requests")
-	version := flag.String("api", "v2", "v1 | v2")
+	var c config
+	var shapes string
+	flag.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the origin or edge that answers reconstructions")
+	flag.StringVar(&c.uploadURL, "upload-url", "", "base URL to upload the fixture to (default -url)")
+	flag.StringVar(&c.wtok, "write-token", "", "write token (fixture upload)")
+	flag.StringVar(&c.rtok, "read-token", "", "read token of the same scope (reconstructions)")
+	flag.BoolVar(&c.insecure, "insecure", false, "accept any TLS certificate (self-signed edge)")
+	flag.StringVar(&c.api, "api", "v2", "v1 | v2")
+	flag.Uint64Var(&c.seed, "seed", 1, "fixture seed: the same seed gives the same files")
+	flag.IntVar(&c.loadConc, "load-concurrency", 4, "concurrent xorb uploads while loading")
+	flag.IntVar(&c.chunkMin, "chunk-min", 16, "smallest chunk, bytes")
+	flag.IntVar(&c.chunkMax, "chunk-max", 240, "largest chunk, bytes")
+	flag.StringVar(&shapes, "shapes", "worst,merged", "latency mode: comma-separated shapes (worst, merged)")
+	flag.IntVar(&c.xorbs, "xorbs", 1000, "latency mode: xorbs of the file")
+	flag.IntVar(&c.chunks, "chunks", 1024, "chunks per xorb")
+	flag.IntVar(&c.nt, "terms", 100000, "latency mode: terms of the file")
+	flag.IntVar(&c.full, "full", 200, "latency mode: whole-file requests per shape")
+	flag.IntVar(&c.ranged, "ranged", 200, "latency mode: random-range requests per shape")
+	flag.IntVar(&c.concurrency, "concurrency", 0, "throughput mode: closed-loop clients (0 = latency mode)")
+	flag.DurationVar(&c.duration, "duration", 20*time.Second, "throughput mode: run time")
+	flag.IntVar(&c.files, "files", 200, "throughput mode: files")
+	flag.IntVar(&c.pool, "pool-xorbs", 64, "throughput mode: xorbs the files draw from")
+	flag.IntVar(&c.minTerms, "min-terms", 10, "throughput mode: fewest terms of a file")
+	flag.IntVar(&c.maxTerms, "max-terms", 10000, "throughput mode: most terms of a file")
+	flag.Float64Var(&c.rangeShare, "range-share", 0.5, "throughput mode: share of random-range requests")
 	flag.Parse()
-	if err := run(*url, *wtok, *rtok, *nx, *nc, *nt, *shape, *full, *ranged, *version); err != nil {
+	for _, s := range strings.Split(shapes, ",") {
+		sh, err := fixture.ParseShape(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "reconbench:", err)
+			os.Exit(2)
+		}
+		c.shapes = append(c.shapes, sh)
+	}
+	if c.uploadURL == "" {
+		c.uploadURL = c.url
+	}
+	if c.api != "v1" && c.api != "v2" {
+		fmt.Fprintln(os.Stderr, "reconbench: -api must be v1 or v2")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	run := latency
+	if c.concurrency > 0 {
+		run = throughput
+	}
+	if err := run(ctx, &c); err != nil {
 		fmt.Fprintln(os.Stderr, "reconbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(base, wtok, rtok string, nx, nc, nt int, shape string, full, ranged int, version string) error {
-	if nt%nx != 0 || (nt/nx) > nc {
-		return fmt.Errorf("terms (%d) must be a multiple of xorbs (%d), at most chunks (%d) per xorb", nt, nx, nc)
-	}
-	perXorb := nt / nx
-	span := uint32(nc / perXorb) // chunks per term
-	c := &http.Client{}
+// target is a file to ask for: its reconstruction path and size.
+type target struct {
+	path string
+	size uint64
+}
+
+// load uploads the xorbs of spec and registers files over them, unless the reader already sees
+// every file. It returns the files as targets.
+func load(ctx context.Context, c *config, reader *fixture.Client, spec fixture.XorbSpec, n int,
+	files func([]*xorb.Layout) ([]shard.File, error)) ([]target, error) {
 	start := time.Now()
-	layouts := make([]*xorb.Layout, nx)
-	sh := &shard.Shard{}
-	for x := 0; x < nx; x++ {
-		b := xorb.NewBuilder(xorb.None)
-		for i := 0; i < nc; i++ {
-			raw := fmt.Appendf(nil, "%s xorb %d chunk %d", shape, x, i)
-			b.Add(raw, hash.Chunk(raw))
+	if err := spec.Check(); err != nil {
+		return nil, err
+	}
+	layouts := make([]*xorb.Layout, n)
+	for i := range layouts { // layouts only, to compute the file hashes
+		layouts[i] = spec.Build(i).Layout
+	}
+	fs, err := files(layouts)
+	if err != nil {
+		return nil, err
+	}
+	present := true
+	for _, f := range fs {
+		if _, ok, err := reader.FileSize(ctx, f.Hash); err != nil {
+			return nil, err
+		} else if !ok {
+			present = false
+			break
 		}
-		body, l := b.Finish()
-		layouts[x] = l
-		if err := post(c, base+"/v1/xorbs/default/"+l.Hash.String(), wtok, body); err != nil {
+	}
+	how := "already loaded"
+	if !present {
+		up := fixture.NewClient(c.uploadURL, c.wtok, c.loadConc, c.insecure)
+		if _, err := up.LoadXorbs(ctx, spec, n, c.loadConc); err != nil {
+			return nil, err
+		}
+		if err := up.Register(ctx, fs, layouts); err != nil {
+			return nil, err
+		}
+		how = "uploaded"
+	}
+	out := make([]target, len(fs))
+	for i, f := range fs {
+		out[i] = target{path: "/" + c.api + "/reconstructions/" + f.Hash.String(), size: f.Size()}
+	}
+	fmt.Printf("setup: %s/%d: %d xorbs x %d chunks, %d file(s), %s in %v\n", spec.Tag, spec.Seed, n, spec.Chunks,
+		len(fs), how, time.Since(start).Round(time.Millisecond))
+	return out, nil
+}
+
+func latency(ctx context.Context, c *config) error {
+	reader := fixture.NewClient(c.url, c.rtok, 1, c.insecure)
+	for _, shape := range c.shapes {
+		refs, err := fixture.ReconRefs(shape, c.xorbs, c.chunks, c.nt)
+		if err != nil {
 			return err
 		}
-		blk := shard.Xorb{Hash: l.Hash, RawBytes: l.RawLen()}
-		var s uint32
-		for i, ch := range l.ChunkHashes {
-			blk.Chunks = append(blk.Chunks, shard.XorbChunk{Hash: ch, RawStart: s, RawLen: l.RawEnds[i] - s})
-			s = l.RawEnds[i]
+		spec := fixture.XorbSpec{Tag: string(shape), Seed: c.seed, Chunks: c.chunks, MinChunk: c.chunkMin, MaxChunk: c.chunkMax}
+		ts, err := load(ctx, c, reader, spec, c.xorbs, func(ls []*xorb.Layout) ([]shard.File, error) {
+			f, err := fixture.NewFile(ls, refs)
+			return []shard.File{f}, err
+		})
+		if err != nil {
+			return err
 		}
-		sh.Xorbs = append(sh.Xorbs, blk)
-	}
-	f := shard.File{}
-	var leaves []hash.Leaf
-	var size uint64
-	for i := 0; i < nt; i++ {
-		var x, k int
-		if shape == "merged" {
-			x, k = i/perXorb, i%perXorb
-		} else {
-			x, k = i%nx, i/nx
+		t := ts[0]
+		if err := checkAnswer(ctx, reader, t, c.nt); err != nil {
+			return fmt.Errorf("%s: %w", shape, err)
 		}
-		l := layouts[x]
-		a, b := uint32(k)*span, uint32(k+1)*span
-		f.Terms = append(f.Terms, shard.Term{Xorb: l.Hash, RawBytes: l.RawRange(a, b), Start: a, End: b})
-		f.Verification = append(f.Verification, hash.Verification(l.ChunkHashes[a:b]))
-		for ch := a; ch < b; ch++ {
-			leaves = append(leaves, hash.Leaf{Hash: l.ChunkHashes[ch], Size: uint64(l.RawRange(ch, ch+1))})
-		}
-		size += uint64(l.RawRange(a, b))
-	}
-	f.Hash = hash.File(leaves)
-	sh.Files = []shard.File{f}
-	if err := post(c, base+"/v1/shards", wtok, sh.AppendUpload(nil)); err != nil {
-		return err
-	}
-	fmt.Printf("setup: %d xorbs x %d chunks, file of %d terms (%s), %d bytes, in %v\n", nx, nc, nt, shape, size,
-		time.Since(start).Round(time.Millisecond))
-
-	path := base + "/" + version + "/reconstructions/" + f.Hash.String()
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, kind := range []string{"full", "ranged"} {
-		n := full
-		if kind == "ranged" {
-			n = ranged
-		}
-		var lat []time.Duration
-		var bytesOut int64
-		for i := 0; i < n; i++ {
-			hdr := ""
+		rng := rand.New(rand.NewPCG(c.seed, 2))
+		for _, kind := range []string{"full", "ranged"} {
+			n := c.full
 			if kind == "ranged" {
-				s := rng.Uint64N(size)
-				e := s + rng.Uint64N(size-s)
-				hdr = fmt.Sprintf("bytes=%d-%d", s, e)
+				n = c.ranged
 			}
-			d, nb, err := get(c, path, rtok, hdr)
-			if err != nil {
-				return err
+			var lat []time.Duration
+			var bytesOut int64
+			for range n {
+				hdr := ""
+				if kind == "ranged" {
+					hdr = randomRange(rng, t.size)
+				}
+				d, nb, err := get(ctx, reader, t.path, hdr)
+				if err != nil {
+					return err
+				}
+				lat = append(lat, d)
+				bytesOut += nb
 			}
-			lat = append(lat, d)
-			bytesOut += nb
+			fmt.Printf("%s %s %s: n=%d %s avg_answer=%d B\n", c.api, shape, kind, n, quantiles(lat),
+				bytesOut/int64(max(n, 1)))
 		}
-		slices.Sort(lat)
-		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-		fmt.Printf("%s %s: n=%d p50=%v p90=%v p99=%v max=%v avg_answer=%d B\n", version, kind, n,
-			q(0.5).Round(10*time.Microsecond), q(0.9).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond),
-			lat[len(lat)-1].Round(10*time.Microsecond), bytesOut/int64(max(n, 1)))
 	}
 	return nil
 }
 
-func post(c *http.Client, url, tok string, body []byte) error {
-	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := c.Do(req)
+func throughput(ctx context.Context, c *config) error {
+	reader := fixture.NewClient(c.url, c.rtok, c.concurrency, c.insecure)
+	spec := fixture.XorbSpec{Tag: "mix", Seed: c.seed, Chunks: c.chunks, MinChunk: c.chunkMin, MaxChunk: c.chunkMax}
+	ts, err := load(ctx, c, reader, spec, c.pool, func(ls []*xorb.Layout) ([]shard.File, error) {
+		fs := make([]shard.File, c.files)
+		for i := range fs {
+			refs, err := fixture.MixRefs(ls, c.seed, i, c.minTerms, c.maxTerms)
+			if err != nil {
+				return nil, err
+			}
+			if fs[i], err = fixture.NewFile(ls, refs); err != nil {
+				return nil, err
+			}
+		}
+		return fs, nil
+	})
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, b)
+	// Warm up: every file once, so that a cold metadata cache is not what is measured.
+	for _, t := range ts {
+		if _, _, err := get(ctx, reader, t.path, ""); err != nil {
+			return err
+		}
+	}
+	var (
+		mu       sync.Mutex
+		lat      []time.Duration
+		errs     int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	deadline := time.Now().Add(c.duration)
+	start := time.Now()
+	for w := range c.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(c.seed, uint64(w)+100))
+			var mine []time.Duration
+			var bad int
+			var werr error
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t := ts[rng.IntN(len(ts))]
+				hdr := ""
+				if rng.Float64() < c.rangeShare {
+					hdr = randomRange(rng, t.size)
+				}
+				d, _, err := get(ctx, reader, t.path, hdr)
+				if err != nil {
+					bad++
+					werr = firstErrOf(werr, err)
+					continue
+				}
+				mine = append(mine, d)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += bad
+			firstErr = firstErrOf(firstErr, werr)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	fmt.Printf("%s throughput: concurrency=%d files=%d terms=%d..%d range_share=%.2f duration=%v ok=%d errors=%d req/s=%.0f %s\n",
+		c.api, c.concurrency, len(ts), c.minTerms, c.maxTerms, c.rangeShare, el.Round(time.Millisecond),
+		len(lat), errs, float64(len(lat))/el.Seconds(), quantiles(lat))
+	if firstErr != nil {
+		return fmt.Errorf("%d requests failed, first: %w", errs, firstErr)
 	}
 	return nil
 }
 
+func firstErrOf(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// randomRange is a Range header for a uniformly random start and a uniformly random end after it.
+func randomRange(rng *rand.Rand, size uint64) string {
+	if size == 0 {
+		return ""
+	}
+	s := rng.Uint64N(size)
+	e := s + rng.Uint64N(size-s)
+	return fmt.Sprintf("bytes=%d-%d", s, e)
+}
+
+// quantiles formats p50/p90/p99/max of lat (sorted in place).
+func quantiles(lat []time.Duration) string {
+	if len(lat) == 0 {
+		return "p50=- p90=- p99=- max=-"
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(10 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50=%v p90=%v p99=%v max=%v", q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(10*time.Microsecond))
+}
+
 // get times one request to the last byte of its body.
-func get(c *http.Client, url, tok, rng string) (time.Duration, int64, error) {
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
+func get(ctx context.Context, c *fixture.Client, path, rng string) (time.Duration, int64, error) {
+	var hdr http.Header
 	if rng != "" {
-		req.Header.Set("Range", rng)
+		hdr = http.Header{"Range": {rng}}
 	}
 	t := time.Now()
-	resp, err := c.Do(req)
+	resp, err := c.Do(ctx, http.MethodGet, path, nil, 0, hdr)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -167,8 +328,31 @@ func get(c *http.Client, url, tok, rng string) (time.Duration, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if resp.StatusCode != 200 {
-		return 0, 0, fmt.Errorf("GET %s (%s): %d", url, rng, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%w: GET %s (%s): %d", fixture.ErrStatus, path, rng, resp.StatusCode)
 	}
 	return d, n, nil
+}
+
+// checkAnswer asks for the whole file once and requires an answer of terms terms, so that a
+// misconfigured server (or a wrong fixture) cannot pass for a fast one.
+func checkAnswer(ctx context.Context, c *fixture.Client, t target, terms int) error {
+	resp, err := c.Do(ctx, http.MethodGet, t.path, nil, 0, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: GET %s: %d", fixture.ErrStatus, t.path, resp.StatusCode)
+	}
+	var ans struct {
+		Terms []json.RawMessage `json:"terms"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	if len(ans.Terms) != terms {
+		return fmt.Errorf("answer has %d terms, want %d", len(ans.Terms), terms)
+	}
+	return nil
 }
