@@ -3,6 +3,7 @@ package datacache
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"testing"
 )
@@ -44,6 +45,35 @@ func BenchmarkReadBytesWarm(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkReadRangeWarm streams ranges of a fully cached xorb to io.Discard (no buffer of the
+// range's size).
+func BenchmarkReadRangeWarm(b *testing.B) {
+	o := benchXorb(b)
+	c, _ := testCache(b, b.TempDir(), newFakeFetcher(o), 1<<30, 0)
+	ctx := context.Background()
+	if _, err := c.ReadBytes(ctx, o.l, 0, int64(o.l.ChunkAreaLen())); err != nil {
+		b.Fatal(err)
+	}
+	n := o.l.NumChunks()
+	for _, chunks := range []int{32, 256} {
+		start, end := chunkRange(o.l, n/4, n/4+chunks)
+		b.Run(fmt.Sprintf("chunks=%d", chunks), func(b *testing.B) {
+			b.SetBytes(end - start)
+			b.ReportAllocs()
+			for b.Loop() {
+				rr, err := c.ReadRange(ctx, o.l, start, end)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := rr.WriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				rr.Close()
+			}
 		})
 	}
 }

@@ -162,6 +162,23 @@ func (c *Cache) Close() error {
 // ErrBadRange, ErrCorrupt, ErrClosed, the Fetcher's errors or context errors. The returned
 // slice is the caller's.
 func (c *Cache) ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64) ([]byte, error) {
+	rr, err := c.ReadRange(ctx, l, start, end)
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	out := make([]byte, rr.Len())
+	if _, err := io.ReadFull(rr, out); err != nil {
+		return nil, fmt.Errorf("datacache: read cached xorb %s bytes [%d,%d): %w", l.Hash, start, end, err)
+	}
+	return out, nil
+}
+
+// ReadRange is ReadBytes as a stream, for serving large ranges without buffering them: it
+// returns once every segment of [start, end) is on hand and verified (same contract and errors
+// as ReadBytes), holding the cached files open so that eviction cannot take them away. The
+// caller must Close the Range. Bytes are counted as served when the Range is returned.
+func (c *Cache) ReadRange(ctx context.Context, l *xorb.Layout, start, end int64) (*Range, error) {
 	r, err := requestSpan(l, start, end)
 	if err != nil {
 		return nil, err
@@ -169,19 +186,23 @@ func (c *Cache) ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64)
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	out := make([]byte, r.len())
-	var missing []span
-	for _, s := range segments(l, r, c.o.SegmentBytes) {
-		if c.readCached(ctx, l.Hash, s, r, out) {
+	segs := segments(l, r, c.o.SegmentBytes)
+	rr := &Range{parts: make([]part, len(segs)), left: r.len()}
+	var missing []int
+	for i, s := range segs {
+		lo, hi := max(r.start, s.start), min(r.end, s.end)
+		if f := c.openCached(l.Hash, s); f != nil {
+			rr.parts[i] = part{f: f, off: lo - s.start, n: hi - lo}
 			c.m.hits.Inc()
 		} else {
-			missing = append(missing, s)
+			missing = append(missing, i)
 		}
 	}
 	if len(missing) > 0 {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(c.o.FillParallelism)
-		for _, s := range missing {
+		for _, i := range missing {
+			s := segs[i]
 			g.Go(func() error {
 				res, err := c.fill(gctx, l, s)
 				if err != nil {
@@ -193,16 +214,17 @@ func (c *Cache) ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64)
 					c.m.hits.Inc()
 				}
 				lo, hi := max(r.start, s.start), min(r.end, s.end)
-				copy(out[lo-r.start:hi-r.start], res.data[lo-s.start:hi-s.start])
+				rr.parts[i] = part{data: res.data[lo-s.start : hi-s.start], n: hi - lo}
 				return nil
 			})
 		}
 		if err := g.Wait(); err != nil {
+			rr.Close()
 			return nil, err
 		}
 	}
-	c.m.served.Add(float64(len(out)))
-	return out, nil
+	c.m.served.Add(float64(r.len()))
+	return rr, nil
 }
 
 func (c *Cache) isClosed() bool {
@@ -211,24 +233,22 @@ func (c *Cache) isClosed() bool {
 	return c.closed
 }
 
-// readCached copies the part of segment s inside request r into out if s is on disk and was
-// verified by this process. False means: go through a fill (which re-checks).
-func (c *Cache) readCached(ctx context.Context, h hash.Hash, s, r span, out []byte) bool {
+// openCached opens segment s if it is on disk, verified by this process, and of its full
+// length. Nil means: go through a fill (which re-checks).
+func (c *Cache) openCached(h hash.Hash, s span) *os.File {
 	k := key{h: h, start: s.start, len: s.len()}
 	if present, verified := c.idx.get(k); !present || !verified {
-		return false
+		return nil
 	}
-	lo, hi := max(r.start, s.start), min(r.end, s.end)
 	f, err := os.Open(c.idx.path(k))
 	if err != nil {
-		return false // evicted since the lookup, or removed behind our back
+		return nil // evicted since the lookup, or removed behind our back
 	}
-	defer f.Close()
-	if _, err := f.ReadAt(out[lo-r.start:hi-r.start], lo-s.start); err != nil {
-		c.log.WarnContext(ctx, "cached segment unreadable; refilling", "segment", k.String(), "err", err)
-		return false
+	if info, err := f.Stat(); err != nil || info.Size() != k.len {
+		f.Close()
+		return nil
 	}
-	return true
+	return f
 }
 
 // fillResult is a flight's answer: the whole verified segment, and whether it came from the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -460,4 +461,60 @@ func TestReadAmplification(t *testing.T) {
 	}
 	t.Logf("random 1-16 chunk reads, %d KiB segments: %d reads, served %d B, origin %d B: amplification %.2f (first half %.2f)",
 		testSegment>>10, reads, served, origin, float64(origin)/float64(served), float64(firstHalf)/float64(served/2))
+}
+
+// TestReadRangeStreams reads a range that mixes cached and freshly filled segments through
+// WriteTo and through small Reads, with the cached files evicted while the Range is open.
+func TestReadRangeStreams(t *testing.T) {
+	o := buildXorb(t, 12, 300, 2<<10, 6<<10)
+	n := o.l.NumChunks()
+	start, end := chunkRange(o.l, 10, n-10)
+	for _, mode := range []string{"WriteTo", "Read"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFakeFetcher(o)
+			dir := t.TempDir()
+			c, _ := testCache(t, dir, f, 1<<30, testSegment)
+			ms, me := chunkRange(o.l, n/2, n/2+5)
+			mustRead(t, c, o, ms, me) // some segments cached, the rest filled by ReadRange
+			rr, err := c.ReadRange(context.Background(), o.l, start, end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rr.Close()
+			if rr.Len() != end-start {
+				t.Fatalf("Len %d, want %d", rr.Len(), end-start)
+			}
+			names, _ := segmentFiles(t, dir)
+			for _, p := range names { // eviction unlinks files; open ones stay readable
+				if err := os.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got bytes.Buffer
+			if mode == "WriteTo" {
+				if _, err := rr.WriteTo(&got); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				buf := make([]byte, 1000)
+				for {
+					k, err := rr.Read(buf)
+					got.Write(buf[:k])
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if !bytes.Equal(got.Bytes(), o.body[start:end]) || rr.Len() != 0 {
+				t.Fatalf("streamed %d bytes (Len %d left), want the %d bytes of the range", got.Len(), rr.Len(), end-start)
+			}
+			rr.Close()
+			if _, err := rr.Read(make([]byte, 1)); err == nil {
+				t.Fatal("Read after Close succeeded")
+			}
+		})
+	}
 }
