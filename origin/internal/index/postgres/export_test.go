@@ -2,7 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
 	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
 // ExplainLookups fills every table with n synthetic rows (1,000 scopes), analyzes them and
@@ -59,4 +67,42 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		out[name] = strings.Join(lines, "\n")
 	}
 	return out, nil
+}
+
+// FreshSchema creates an empty schema for t, dropped when t ends, and returns a DSN whose
+// connections use it.
+func FreshSchema(t testing.TB) string {
+	t.Helper()
+	dsn := testenv.Require(t, testenv.PostgresDSN)
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "xet_test_" + hex.EncodeToString(b[:])
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect %s: %v", dsn, err)
+	}
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background() // t.Context() is canceled before cleanups run
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("connect to drop %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("%s must be a postgres:// URL: %q", testenv.PostgresDSN, dsn)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }

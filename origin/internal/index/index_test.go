@@ -1,0 +1,150 @@
+package index_test
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/index/indextest"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+func TestNewBatch(t *testing.T) {
+	g := indextest.NewGen(1)
+	a, b, c := g.Record(2), g.Record(3), g.Record(1)
+	aDup := g.Record(4)
+	aDup.Hash = a.Hash
+	x1, x2 := g.Hash(), g.Hash()
+	d1, d2 := g.Hash(), g.Hash()
+	r := &index.Registration{
+		Shard: g.Hash(), Scope: "models/a/b",
+		Files: []*recon.FileRecord{c, a, b, aDup},
+		Xorbs: []hash.Hash{x2, x1, x2},
+		Dedup: []hash.Hash{d2, d1, d2, d1},
+	}
+	bt, err := index.NewBatch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bt.FileHashes) != 3 || len(bt.Records) != 3 {
+		t.Fatalf("batch has %d files, %d records; want 3 of each", len(bt.FileHashes), len(bt.Records))
+	}
+	if !slices.IsSortedFunc(bt.FileHashes, func(a, b hash.Hash) int { return bytes.Compare(a[:], b[:]) }) {
+		t.Errorf("file hashes not sorted")
+	}
+	for i, h := range bt.FileHashes {
+		want := map[hash.Hash]*recon.FileRecord{a.Hash: a, b.Hash: b, c.Hash: c}[h]
+		enc, _ := want.MarshalBinary()
+		if !bytes.Equal(bt.Records[i], enc) {
+			t.Errorf("record of %s is not the first one listed", h)
+		}
+	}
+	if want := index.SortedUnique([]hash.Hash{d1, d2}); !slices.Equal(bt.Dedup, want) {
+		t.Errorf("dedup = %v, want %v", bt.Dedup, want)
+	}
+	if xs, _ := index.SplitHashes(bt.Xorbs); !slices.Equal(xs, []hash.Hash{x2, x1}) {
+		t.Errorf("xorbs = %v, want shard order without duplicates", xs)
+	}
+	// The registration itself is left as it was.
+	if r.Files[0] != c || r.Dedup[0] != d2 {
+		t.Errorf("NewBatch modified its argument")
+	}
+}
+
+func TestNewBatchInvalid(t *testing.T) {
+	g := indextest.NewGen(2)
+	bad := g.Record(2)
+	bad.Size++
+	for name, r := range map[string]*index.Registration{
+		"nil":          nil,
+		"empty scope":  {},
+		"long scope":   {Scope: strings.Repeat("a", index.MaxScopeLen+1)},
+		"NUL in scope": {Scope: "a\x00"},
+		"bad UTF-8":    {Scope: "a\xc3"},
+		"nil record":   {Scope: "a", Files: []*recon.FileRecord{nil}},
+		"bad record":   {Scope: "a", Files: []*recon.FileRecord{bad}},
+	} {
+		if _, err := index.NewBatch(r); !errors.Is(err, index.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := index.NewBatch(&index.Registration{Scope: strings.Repeat("é", index.MaxScopeLen/2)}); err != nil {
+		t.Errorf("scope of MaxScopeLen bytes: %v", err)
+	}
+}
+
+func TestHashLists(t *testing.T) {
+	g := indextest.NewGen(3)
+	for _, n := range []int{0, 1, 7} {
+		hs := g.Hashes(n)
+		b := index.JoinHashes(hs)
+		if len(b) != n*hash.Size {
+			t.Fatalf("JoinHashes(%d) = %d bytes", n, len(b))
+		}
+		got, err := index.SplitHashes(b)
+		if err != nil || !slices.Equal(got, hs) {
+			t.Fatalf("SplitHashes(JoinHashes(%d)) = %v, %v", n, got, err)
+		}
+	}
+	for _, n := range []int{1, 31, 33, 65} {
+		if _, err := index.SplitHashes(make([]byte, n)); err == nil {
+			t.Errorf("SplitHashes of %d bytes succeeded", n)
+		}
+		if _, err := index.HashFromBytes(make([]byte, n)); err == nil {
+			t.Errorf("HashFromBytes of %d bytes succeeded", n)
+		}
+	}
+}
+
+func TestDecode(t *testing.T) {
+	g := indextest.NewGen(4)
+	rec := g.Record(5)
+	enc, _ := rec.MarshalBinary()
+	if got, err := index.DecodeFile(rec.Hash, enc); err != nil || got.Hash != rec.Hash || len(got.Terms) != 5 {
+		t.Fatalf("DecodeFile = %v, %v", got, err)
+	}
+	if _, err := index.DecodeFile(g.Hash(), enc); err == nil {
+		t.Errorf("DecodeFile under another hash succeeded")
+	}
+	if _, err := index.DecodeFile(rec.Hash, enc[:len(enc)-1]); err == nil {
+		t.Errorf("DecodeFile of a truncated record succeeded")
+	}
+	l := g.Layout(3)
+	lb, err := index.EncodeLayout(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := index.DecodeLayouts(map[hash.Hash][]byte{l.Hash: lb}); err != nil || m[l.Hash].NumChunks() != 3 {
+		t.Fatalf("DecodeLayouts = %v, %v", m, err)
+	}
+	if _, err := index.DecodeLayouts(map[hash.Hash][]byte{g.Hash(): lb}); err == nil {
+		t.Errorf("DecodeLayouts under another hash succeeded")
+	}
+	if _, err := index.EncodeLayout(nil); !errors.Is(err, index.ErrInvalid) {
+		t.Errorf("EncodeLayout(nil): %v, want ErrInvalid", err)
+	}
+}
+
+// FuzzSplitHashes checks that stored hash lists never panic and round-trip when well formed.
+func FuzzSplitHashes(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(make([]byte, 32))
+	f.Add(make([]byte, 33))
+	f.Add(bytes.Repeat([]byte{0xff}, 96))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hs, err := index.SplitHashes(b)
+		if err != nil {
+			if len(b)%hash.Size == 0 {
+				t.Fatalf("SplitHashes rejected %d bytes: %v", len(b), err)
+			}
+			return
+		}
+		if !bytes.Equal(index.JoinHashes(hs), b) {
+			t.Fatalf("round trip of %d bytes differs", len(b))
+		}
+	})
+}
