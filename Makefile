@@ -86,7 +86,13 @@ go-test:
 	"$$gotestsum" --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile .cache/test.json -- \
 		$(RACE) -timeout=$(TEST_TIMEOUT) $(TEST_FLAGS) $(PKG)
 
-lint: fmt-check vet staticcheck
+# All three run even when one fails, so one run shows every problem.
+lint:
+	@status=0; \
+	$(MAKE) --no-print-directory fmt-check || status=1; \
+	$(MAKE) --no-print-directory vet || status=1; \
+	$(MAKE) --no-print-directory staticcheck || status=1; \
+	exit $$status
 
 fmt-check:
 	@files=$$(find . -name '*.go' -not -path './.*' -not -path '*/node_modules/*' -not -path '*/testdata/*' -print | xargs -r gofmt -l); \
