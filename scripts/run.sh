@@ -44,8 +44,13 @@ wait_healthy() {
 	done
 }
 
+# Read tokens send clients to the edge's plain-HTTP listener once there is an edge: a local
+# client then needs no trust in the edge's self-signed certificate.
+edge_args=()
+if [ -x "$BIN/xet-edge" ]; then edge_args=(--edge-url "http://$EDGE_HTTP_LISTEN"); fi
+
 mkdir -p "$DATA/origin"
-"$BIN/xet-origin" --data-dir "$DATA/origin" --listen "$ORIGIN_LISTEN" --admin-listen "$ORIGIN_ADMIN_LISTEN" &
+"$BIN/xet-origin" --data-dir "$DATA/origin" --listen "$ORIGIN_LISTEN" --admin-listen "$ORIGIN_ADMIN_LISTEN" "${edge_args[@]}" &
 pids+=($!)
 wait_healthy "http://$ORIGIN_LISTEN/healthz" "${pids[0]}"
 log "origin: http://$ORIGIN_LISTEN (admin: http://$ORIGIN_ADMIN_LISTEN, data: $DATA/origin)"
@@ -54,7 +59,7 @@ if [ -x "$BIN/xet-edge" ]; then
 	mkdir -p "$DATA/edge"
 	token=$("$BIN/xet-origin" token --data-dir "$DATA/origin" --scope edge --access edge --ttl "$EDGE_TOKEN_TTL")
 	"$BIN/xet-edge" --origin "http://$ORIGIN_LISTEN" --origin-token "$token" --data-dir "$DATA/edge" \
-		--listen "$EDGE_LISTEN" --http-listen "$EDGE_HTTP_LISTEN" &
+		--listen "$EDGE_LISTEN" --http-listen "$EDGE_HTTP_LISTEN" --public-url "http://$EDGE_HTTP_LISTEN" &
 	pids+=($!)
 	wait_healthy "http://$EDGE_HTTP_LISTEN/healthz" "${pids[1]}"
 	log "edge:   https://$EDGE_LISTEN (self-signed; plain HTTP: http://$EDGE_HTTP_LISTEN)"
