@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -44,8 +43,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		originBin = filepath.Join(dir, "xet-origin")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		out, err := exec.Command(gobin, "build", "-o", originBin, "github.com/xetcdn/xetcdn/cmd/xet-origin").CombinedOutput()
+		out, err := exec.Command(goBinary(), "build", "-o", originBin, "github.com/xetcdn/xetcdn/cmd/xet-origin").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build xet-origin: %v\n%s", err, out)
 			return 1
@@ -306,4 +304,12 @@ func (e *runningEdge) metric(t *testing.T, name string, want ...string) float64 
 		}
 	}
 	return sum
+}
+
+// goBinary is the go command: the one on PATH, else the one under $GOROOT.
+func goBinary() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }

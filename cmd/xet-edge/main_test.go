@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +18,7 @@ import (
 func build(t *testing.T, pkg, name string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), name)
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, pkg).CombinedOutput()
+	out, err := exec.Command(goBinary(), "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
@@ -116,4 +115,12 @@ func TestServeDrainRestart(t *testing.T) {
 	if string(certs[0]) != string(certs[1]) {
 		t.Error("the self-signed certificate changed across a restart")
 	}
+}
+
+// goBinary is the go command: the one on PATH, else the one under $GOROOT.
+func goBinary() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
