@@ -69,7 +69,8 @@ func BenchRegister(b *testing.B, ix index.Index, workers int) {
 }
 
 // BenchFileLarge measures File of a record of LargeTerms terms, one call at a time, and
-// reports p50/p99. SetBytes is the encoded record size.
+// reports p50/p99, in sub-benchmarks "decoded" (File) and, when ix implements index.Raw, "raw"
+// (FileBytes). SetBytes is the encoded record size.
 func BenchFileLarge(b *testing.B, ix index.Index) {
 	g := NewGen(uint64(time.Now().UnixNano()))
 	r := g.Registration("models/bench/large", 1, 1, 1)
@@ -78,24 +79,32 @@ func BenchFileLarge(b *testing.B, ix index.Index) {
 		b.Fatal(err)
 	}
 	enc, _ := r.Files[0].MarshalBinary()
-	b.SetBytes(int64(len(enc)))
-	lat := make([]time.Duration, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		t0 := time.Now()
-		f, err := ix.File(b.Context(), r.Files[0].Hash, r.Scope)
-		if err != nil || len(f.Terms) != LargeTerms {
-			b.Fatalf("File: %v", err)
-		}
-		lat[i] = time.Since(t0)
+	h := r.Files[0].Hash
+	b.Run("decoded", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		timed(b, func() error {
+			f, err := ix.File(b.Context(), h, r.Scope)
+			if err == nil && len(f.Terms) != LargeTerms {
+				err = fmt.Errorf("%d terms", len(f.Terms))
+			}
+			return err
+		})
+	})
+	if raw, ok := ix.(index.Raw); ok {
+		b.Run("raw", func(b *testing.B) {
+			b.SetBytes(int64(len(enc)))
+			timed(b, func() error {
+				_, err := raw.FileBytes(b.Context(), h, r.Scope)
+				return err
+			})
+		})
 	}
-	b.StopTimer()
-	reportPercentiles(b, lat)
 }
 
 // BenchLayouts measures Layouts of n full (xorb.MaxChunks-chunk) xorbs, one call at a time
 // (n = 2 is what a ranged reconstruction needs: the first and last term's xorbs), and reports
-// p50/p99. SetBytes is the encoded size of the n layouts.
+// p50/p99, decoded (Layouts, which verifies every layout's merkle hash) and, when ix implements
+// index.Raw, raw (LayoutBytes). SetBytes is the encoded size of the n layouts.
 func BenchLayouts(b *testing.B, ix index.Index, n int) {
 	g := NewGen(uint64(time.Now().UnixNano()))
 	hs := make([]hash.Hash, n)
@@ -109,14 +118,35 @@ func BenchLayouts(b *testing.B, ix index.Index, n int) {
 		size += int64(len(enc))
 		hs[i] = l.Hash
 	}
-	b.SetBytes(size)
+	b.Run("decoded", func(b *testing.B) {
+		b.SetBytes(size)
+		timed(b, func() error {
+			m, err := ix.Layouts(b.Context(), hs)
+			if err == nil && len(m) != n {
+				err = fmt.Errorf("%d layouts", len(m))
+			}
+			return err
+		})
+	})
+	if raw, ok := ix.(index.Raw); ok {
+		b.Run("raw", func(b *testing.B) {
+			b.SetBytes(size)
+			timed(b, func() error {
+				_, err := raw.LayoutBytes(b.Context(), hs)
+				return err
+			})
+		})
+	}
+}
+
+// timed runs fn b.N times, one at a time, and reports the p50/p99 latency.
+func timed(b *testing.B, fn func() error) {
 	lat := make([]time.Duration, b.N)
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		m, err := ix.Layouts(b.Context(), hs)
-		if err != nil || len(m) != n {
-			b.Fatalf("Layouts = %d, %v", len(m), err)
+		if err := fn(); err != nil {
+			b.Fatal(err)
 		}
 		lat[i] = time.Since(t0)
 	}

@@ -28,6 +28,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceLayoutCache runs the suite on the layout cache decorator.
+func TestConformanceLayoutCache(t *testing.T) {
+	indextest.Run(t, func(t *testing.T) index.Index {
+		c, err := index.NewLayoutCache(openAt(t, filepath.Join(t.TempDir(), "index.db")), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
 // TestReopen checks that what was acknowledged is there after Close and Open, and that opening
 // an up-to-date database applies no migration twice.
 func TestReopen(t *testing.T) {
