@@ -78,5 +78,12 @@ func BenchmarkFileLarge(b *testing.B) { indextest.BenchFileLarge(b, open(b)) }
 func BenchmarkLayouts(b *testing.B) {
 	for _, n := range []int{2, 64} {
 		b.Run(fmt.Sprintf("xorbs=%d", n), func(b *testing.B) { indextest.BenchLayouts(b, open(b), n) })
+		b.Run(fmt.Sprintf("xorbs=%d/cache", n), func(b *testing.B) {
+			c, err := index.NewLayoutCache(open(b), 256<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			indextest.BenchLayouts(b, c, n)
+		})
 	}
 }

@@ -132,5 +132,12 @@ func BenchmarkFileLarge(b *testing.B) { indextest.BenchFileLarge(b, benchOpen(b)
 func BenchmarkLayouts(b *testing.B) {
 	for _, n := range []int{2, 64} {
 		b.Run(fmt.Sprintf("xorbs=%d", n), func(b *testing.B) { indextest.BenchLayouts(b, benchOpen(b), n) })
+		b.Run(fmt.Sprintf("xorbs=%d/cache", n), func(b *testing.B) {
+			c, err := index.NewLayoutCache(benchOpen(b), 256<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			indextest.BenchLayouts(b, c, n)
+		})
 	}
 }
