@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type config struct {
 	files, pool        int
 	minTerms, maxTerms int
 	rangeShare         float64
+	serverPID          int
 }
 
 func main() {
@@ -83,6 +85,7 @@ func main() {
 	flag.IntVar(&c.minTerms, "min-terms", 10, "throughput mode: fewest terms of a file")
 	flag.IntVar(&c.maxTerms, "max-terms", 10000, "throughput mode: most terms of a file")
 	flag.Float64Var(&c.rangeShare, "range-share", 0.5, "throughput mode: share of random-range requests")
+	flag.IntVar(&c.serverPID, "server-pid", 0, "if set, also report the CPU time this process (the server) spent per request")
 	flag.Parse()
 	for _, s := range strings.Split(shapes, ",") {
 		sh, err := fixture.ParseShape(strings.TrimSpace(s))
@@ -125,9 +128,10 @@ func load(ctx context.Context, c *config, reader *fixture.Client, spec fixture.X
 	if err := spec.Check(); err != nil {
 		return nil, err
 	}
+	xs := spec.BuildAll(n, runtime.GOMAXPROCS(0))
 	layouts := make([]*xorb.Layout, n)
-	for i := range layouts { // layouts only, to compute the file hashes
-		layouts[i] = spec.Build(i).Layout
+	for i := range xs {
+		layouts[i] = xs[i].Layout
 	}
 	fs, err := files(layouts)
 	if err != nil {
@@ -145,7 +149,7 @@ func load(ctx context.Context, c *config, reader *fixture.Client, spec fixture.X
 	how := "already loaded"
 	if !present {
 		up := fixture.NewClient(c.uploadURL, c.wtok, c.loadConc, c.insecure)
-		if _, err := up.LoadXorbs(ctx, spec, n, c.loadConc); err != nil {
+		if err := up.PutXorbs(ctx, xs, c.loadConc); err != nil {
 			return nil, err
 		}
 		if err := up.Register(ctx, fs, layouts); err != nil {
@@ -189,6 +193,7 @@ func latency(ctx context.Context, c *config) error {
 			}
 			var lat []time.Duration
 			var bytesOut int64
+			cpu := c.cpuMeter()
 			for range n {
 				hdr := ""
 				if kind == "ranged" {
@@ -201,8 +206,8 @@ func latency(ctx context.Context, c *config) error {
 				lat = append(lat, d)
 				bytesOut += nb
 			}
-			fmt.Printf("%s %s %s: n=%d %s avg_answer=%d B\n", c.api, shape, kind, n, quantiles(lat),
-				bytesOut/int64(max(n, 1)))
+			fmt.Printf("%s %s %s: n=%d %s avg_answer=%d B%s\n", c.api, shape, kind, n, quantiles(lat),
+				bytesOut/int64(max(n, 1)), cpu(n, 0))
 		}
 	}
 	return nil
@@ -240,6 +245,7 @@ func throughput(ctx context.Context, c *config) error {
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	cpu := c.cpuMeter()
 	deadline := time.Now().Add(c.duration)
 	start := time.Now()
 	for w := range c.concurrency {
@@ -273,13 +279,34 @@ func throughput(ctx context.Context, c *config) error {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	fmt.Printf("%s throughput: concurrency=%d files=%d terms=%d..%d range_share=%.2f duration=%v ok=%d errors=%d req/s=%.0f %s\n",
+	fmt.Printf("%s throughput: concurrency=%d files=%d terms=%d..%d range_share=%.2f duration=%v ok=%d errors=%d req/s=%.0f %s%s\n",
 		c.api, c.concurrency, len(ts), c.minTerms, c.maxTerms, c.rangeShare, el.Round(time.Millisecond),
-		len(lat), errs, float64(len(lat))/el.Seconds(), quantiles(lat))
+		len(lat), errs, float64(len(lat))/el.Seconds(), quantiles(lat), cpu(len(lat), el))
 	if firstErr != nil {
 		return fmt.Errorf("%d requests failed, first: %w", errs, firstErr)
 	}
 	return nil
+}
+
+// cpuMeter starts measuring the server's CPU time; the returned function formats the time
+// spent since, per request (and in cores over el when el > 0). Without -server-pid it prints
+// nothing.
+func (c *config) cpuMeter() func(n int, el time.Duration) string {
+	if c.serverPID == 0 {
+		return func(int, time.Duration) string { return "" }
+	}
+	t0, err0 := fixture.ProcCPU(c.serverPID)
+	return func(n int, el time.Duration) string {
+		t1, err1 := fixture.ProcCPU(c.serverPID)
+		if err0 != nil || err1 != nil || n == 0 {
+			return fmt.Sprintf(" server_cpu=? (%v)", firstErrOf(err0, err1))
+		}
+		s := fmt.Sprintf(" server_cpu=%.2fms/req", float64(t1-t0)/float64(time.Millisecond)/float64(n))
+		if el > 0 {
+			s += fmt.Sprintf(" server_cores=%.2f", (t1-t0).Seconds()/el.Seconds())
+		}
+		return s
+	}
 }
 
 func firstErrOf(a, b error) error {

@@ -1,0 +1,326 @@
+// Command ingestbench measures an origin's ingest over HTTP.
+//
+// Mode "xorbs" uploads -n distinct valid xorbs of -chunks LZ4-compressed text-like chunks of
+// -chunk-size bytes (64 MiB raw with the defaults), -concurrency at a time, with POST
+// /v1/xorbs, and reports MB/s, and with -server-pid the origin's CPU time and MB/s per core.
+// With -metrics (the origin's admin /metrics URL) it also reports the validation seconds the
+// origin recorded (xet_origin_ingest_validation_seconds) against the request seconds; with
+// -profile FILE it saves a CPU profile of the origin taken during the run (admin
+// /debug/pprof/profile) for `go tool pprof`.
+//
+// Mode "shards" uploads a pool of -pool-xorbs small xorbs once, then registers -n distinct
+// upload shards of -files files of -terms terms each, -concurrency at a time, with POST
+// /v1/shards, and reports shards/s, latency quantiles and the origin's CPU per shard.
+//
+// Every run uses fresh content (seeded from the clock unless -seed is set), so every upload is
+// new work for the origin.
+//
+//	ingestbench -url http://127.0.0.1:8080 -write-token $W -server-pid $PID \
+//	    -metrics http://127.0.0.1:8081/metrics -mode xorbs -n 24 -concurrency 4
+//	ingestbench -url http://127.0.0.1:8080 -write-token $W -mode shards -n 4000 -concurrency 32
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/xetcdn/xetcdn/perf/fixture"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+type config struct {
+	url, wtok, mode, metrics, profile string
+	insecure                          bool
+	seed                              uint64
+	serverPID                         int
+	n, concurrency                    int
+	chunks, chunkSize                 int
+	pool, files, terms                int
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the origin")
+	flag.StringVar(&c.wtok, "write-token", "", "write token")
+	flag.BoolVar(&c.insecure, "insecure", false, "accept any TLS certificate")
+	flag.StringVar(&c.mode, "mode", "xorbs", "xorbs | shards")
+	flag.Uint64Var(&c.seed, "seed", uint64(time.Now().UnixNano()), "content seed (default: the clock, so every run uploads new content)")
+	flag.IntVar(&c.serverPID, "server-pid", 0, "origin process id, for its CPU time from /proc")
+	flag.StringVar(&c.metrics, "metrics", "", "origin admin /metrics URL (validation seconds)")
+	flag.StringVar(&c.profile, "profile", "", "xorbs mode: save a CPU profile of the origin during the run to this file (needs -metrics)")
+	flag.IntVar(&c.n, "n", 0, "uploads (default 16 xorbs or 2000 shards)")
+	flag.IntVar(&c.concurrency, "concurrency", 4, "concurrent uploads")
+	flag.IntVar(&c.chunks, "chunks", 1024, "xorbs mode: chunks per xorb")
+	flag.IntVar(&c.chunkSize, "chunk-size", 64<<10, "xorbs mode: raw bytes per chunk")
+	flag.IntVar(&c.pool, "pool-xorbs", 16, "shards mode: xorbs the files draw from")
+	flag.IntVar(&c.files, "files", 4, "shards mode: files per shard")
+	flag.IntVar(&c.terms, "terms", 4, "shards mode: terms per file")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var err error
+	switch c.mode {
+	case "xorbs":
+		c.n = cmpOr(c.n, 16)
+		err = xorbs(ctx, &c)
+	case "shards":
+		c.n = cmpOr(c.n, 2000)
+		err = shards(ctx, &c)
+	default:
+		err = fmt.Errorf("-mode %q: want xorbs or shards", c.mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ingestbench:", err)
+		os.Exit(1)
+	}
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// usage is what a run cost: wall time, the origin's CPU time (when known) and ours.
+type usage struct {
+	wall, server, self time.Duration
+	serverKnown        bool
+}
+
+type meter struct {
+	pid          int
+	start        time.Time
+	server, self time.Duration
+	err          error
+}
+
+func startMeter(pid int) *meter {
+	m := &meter{pid: pid, start: time.Now()}
+	m.self, _ = fixture.ProcCPU(os.Getpid())
+	if pid > 0 {
+		m.server, m.err = fixture.ProcCPU(pid)
+	}
+	return m
+}
+
+func (m *meter) stop() usage {
+	u := usage{wall: time.Since(m.start)}
+	self, _ := fixture.ProcCPU(os.Getpid())
+	u.self = self - m.self
+	if m.pid > 0 && m.err == nil {
+		if s, err := fixture.ProcCPU(m.pid); err == nil {
+			u.server, u.serverKnown = s-m.server, true
+		}
+	}
+	return u
+}
+
+func xorbs(ctx context.Context, c *config) error {
+	t0 := time.Now()
+	set, err := fixture.NewIngestSet(c.seed, c.chunks, c.chunkSize)
+	if err != nil {
+		return err
+	}
+	// Bodies are built before the clock starts: the first chunk of each differs (cheap), the
+	// rest is shared, so n uploads cost one compressed xorb of memory plus n first chunks.
+	type upload struct {
+		first, rest []byte
+		h           hash.Hash
+	}
+	ups := make([]upload, c.n)
+	var wire int64
+	for i := range ups {
+		f, r, h := set.Xorb(i)
+		ups[i] = upload{first: f, rest: r, h: h}
+		wire += int64(len(f) + len(r))
+	}
+	raw := set.RawLen() * int64(c.n)
+	fmt.Printf("setup: %d xorbs of %d x %d B LZ4 text (ratio %.2f, %.1f MiB on the wire each) in %v\n", c.n, c.chunks, c.chunkSize,
+		set.Ratio(), float64(wire)/float64(c.n)/(1<<20), time.Since(t0).Round(time.Millisecond))
+
+	cl := fixture.NewClient(c.url, c.wtok, c.concurrency, c.insecure)
+	admin := &http.Client{}
+	valKey, reqKey := "xet_origin_ingest_validation_seconds_sum", "xet_origin_http_request_duration_seconds_sum"
+	var val0, req0 float64
+	if c.metrics != "" {
+		if val0, err = fixture.MetricSum(ctx, admin, c.metrics, valKey, `kind="xorb"`); err != nil {
+			return err
+		}
+		req0, _ = fixture.MetricSum(ctx, admin, c.metrics, reqKey, `xorb`)
+	}
+	profDone := make(chan error, 1)
+	pctx, cancelProf := context.WithCancel(ctx)
+	defer cancelProf()
+	if c.profile != "" && c.metrics != "" {
+		go func() { profDone <- profile(pctx, admin, strings.TrimSuffix(c.metrics, "/metrics"), c.profile) }()
+	} else {
+		profDone <- nil
+	}
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	m := startMeter(c.serverPID)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.concurrency)
+	for i := range ups {
+		g.Go(func() error {
+			t := time.Now()
+			ins, err := cl.PutXorb(gctx, ups[i].h, ups[i].first, ups[i].rest)
+			if err != nil {
+				return fmt.Errorf("xorb %d: %w", i, err)
+			}
+			if !ins {
+				return fmt.Errorf("xorb %d: the origin had it already; use a new -seed", i)
+			}
+			mu.Lock()
+			lat = append(lat, time.Since(t))
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	u := m.stop()
+	cancelProf()
+	if err := <-profDone; err != nil {
+		fmt.Fprintln(os.Stderr, "ingestbench: profile:", err)
+	}
+	mb := float64(raw) / 1e6
+	fmt.Printf("xorbs: n=%d concurrency=%d raw=%.0f MB wire=%.0f MB wall=%v  %.1f MB/s raw (%.1f MB/s wire)  upload %s\n",
+		c.n, c.concurrency, mb, float64(wire)/1e6, u.wall.Round(time.Millisecond), mb/u.wall.Seconds(),
+		float64(wire)/1e6/u.wall.Seconds(), quantiles(lat))
+	if u.serverKnown {
+		fmt.Printf("origin cpu: %.2f s = %.1f ms per xorb, %.0f MB/s raw per core, %.2f cores busy; ingestbench itself %.2f s\n",
+			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), mb/u.server.Seconds(), u.server.Seconds()/u.wall.Seconds(),
+			u.self.Seconds())
+	}
+	if c.metrics != "" {
+		val1, err := fixture.MetricSum(ctx, admin, c.metrics, valKey, `kind="xorb"`)
+		if err != nil {
+			return err
+		}
+		req1, _ := fixture.MetricSum(ctx, admin, c.metrics, reqKey, `xorb`)
+		v, r := val1-val0, req1-req0
+		line := fmt.Sprintf("validation (metric, wall): %.2f s = %.1f ms per xorb", v, v*1000/float64(c.n))
+		if r > 0 {
+			line += fmt.Sprintf(", %.0f%% of xorb request time (%.2f s)", 100*v/r, r)
+		}
+		if u.serverKnown {
+			line += fmt.Sprintf("; validation wall / origin CPU = %.0f%% (an upper bound of the CPU share when cores are contended)", 100*v/u.server.Seconds())
+		}
+		fmt.Println(line)
+	}
+	return nil
+}
+
+// profile saves a CPU profile of the origin from its admin listener until ctx is done (at most
+// 120 s). pprof's profile endpoint takes a duration up front, so the profile is asked for in
+// 2-second slices and the slices are saved as FILE.1, FILE.2, ... for `go tool pprof` to merge.
+func profile(ctx context.Context, c *http.Client, admin, file string) error {
+	for i := 1; i <= 60 && ctx.Err() == nil; i++ {
+		req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, admin+"/debug/pprof/profile?seconds=2", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%w: profile: %d %s", fixture.ErrStatus, resp.StatusCode, b)
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", file, i), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func shards(ctx context.Context, c *config) error {
+	t0 := time.Now()
+	cl := fixture.NewClient(c.url, c.wtok, c.concurrency, c.insecure)
+	spec := fixture.XorbSpec{Tag: "reg", Seed: 1, Chunks: 1024, MinChunk: 16, MaxChunk: 240}
+	xs := spec.BuildAll(c.pool, runtime.GOMAXPROCS(0))
+	if err := cl.PutXorbs(ctx, xs, 4); err != nil {
+		return err
+	}
+	layouts := make([]*xorb.Layout, len(xs))
+	for i := range xs {
+		layouts[i] = xs[i].Layout
+	}
+	bodies := make([][]byte, c.n)
+	for i := range bodies {
+		sh, err := fixture.RegistrationShard(layouts, c.seed, i, c.files, c.terms)
+		if err != nil {
+			return err
+		}
+		bodies[i] = sh.AppendUpload(nil)
+	}
+	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) in %v\n", c.pool, c.n, c.files, c.terms,
+		len(bodies[0]), time.Since(t0).Round(time.Millisecond))
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	m := startMeter(c.serverPID)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.concurrency)
+	for i := range bodies {
+		g.Go(func() error {
+			t := time.Now()
+			ins, err := cl.PutShard(gctx, bodies[i])
+			if err != nil {
+				return fmt.Errorf("shard %d: %w", i, err)
+			}
+			if !ins {
+				return fmt.Errorf("shard %d: the origin had it already; use a new -seed", i)
+			}
+			mu.Lock()
+			lat = append(lat, time.Since(t))
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	u := m.stop()
+	fmt.Printf("shards: n=%d concurrency=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
+		c.n, c.concurrency, c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
+	if u.serverKnown {
+		fmt.Printf("origin cpu: %.2f s = %.2f ms per shard, %.2f cores busy; ingestbench itself %.2f s\n",
+			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), u.server.Seconds()/u.wall.Seconds(), u.self.Seconds())
+	}
+	return nil
+}
+
+// quantiles formats p50/p99/max of lat (sorted in place).
+func quantiles(lat []time.Duration) string {
+	if len(lat) == 0 {
+		return "p50=- p99=- max=-"
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(100 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50=%v p99=%v max=%v", q(0.5), q(0.99), lat[len(lat)-1].Round(100*time.Microsecond))
+}
