@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
