@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
@@ -38,7 +40,7 @@ func proto(r *http.Request) string {
 func (s *Server) wrap(route string, need auth.Access, fn handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, bufs: &s.bufs}
 		var err error
 		if need != "" {
 			var c *auth.Claims
@@ -51,6 +53,7 @@ func (s *Server) wrap(route string, need auth.Access, fn handlerFunc) http.Handl
 		}
 		if err == nil {
 			err = fn(rec, r)
+			rec.release()
 		}
 		if err != nil && rec.status == 0 {
 			s.errs.Write(rec, r, err)
@@ -67,12 +70,19 @@ func (s *Server) wrap(route string, need auth.Access, fn handlerFunc) http.Handl
 	})
 }
 
+// copyBufLen is the size of the pooled copy buffers (Server.bufs).
+const copyBufLen = 32 << 10
+
 // recorder remembers the status and counts body bytes. Unwrap lets http.ResponseController
-// reach the connection (flushes of proxied NDJSON streams).
+// reach the connection (flushes of proxied NDJSON streams). ReadFrom keeps the underlying
+// writer's own ReadFrom reachable (net/http's HTTP/1.1 writer: sendfile on plain TCP, a pooled
+// buffer on TLS) and copies through a pooled buffer for the others.
 type recorder struct {
 	http.ResponseWriter
 	status int
 	n      int64
+	bufs   *sync.Pool // of *[copyBufLen]byte
+	buf    *[copyBufLen]byte
 }
 
 func (w *recorder) WriteHeader(code int) {
@@ -89,6 +99,36 @@ func (w *recorder) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.n += int64(n)
 	return n, err
+}
+
+// ReadFrom implements io.ReaderFrom without a per-call buffer: one pooled buffer serves all
+// the calls of a request (a multi-segment range makes one call per cached file).
+func (w *recorder) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	var n int64
+	var err error
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		if w.buf == nil {
+			w.buf = w.bufs.Get().(*[copyBufLen]byte)
+		}
+		// Hide src's WriteTo (an *os.File's would allocate its own buffer) and the writer's
+		// other methods, so that CopyBuffer really uses buf.
+		n, err = io.CopyBuffer(struct{ io.Writer }{w.ResponseWriter}, struct{ io.Reader }{src}, w.buf[:])
+	}
+	w.n += n
+	return n, err
+}
+
+// release returns the copy buffer to the pool once the handler is done.
+func (w *recorder) release() {
+	if w.buf != nil {
+		w.bufs.Put(w.buf)
+		w.buf = nil
+	}
 }
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

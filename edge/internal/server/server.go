@@ -18,10 +18,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/edge/internal/metacache"
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/shared/auth"
@@ -38,10 +40,12 @@ type Metadata interface {
 	Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error)
 }
 
-// XorbBytes serves verified serialized chunks of a xorb (*datacache.Cache): the stored bytes
-// [start, end), which must lie on chunk boundaries of l.
+// XorbBytes serves verified serialized chunks of a xorb (*datacache.Cache) as a stream: the
+// stored bytes [start, end), which must lie on chunk boundaries of l. It returns once every
+// byte of the range is on hand and verified; the caller reads the Range (its WriteTo hands
+// cached files to the ResponseWriter, i.e. sendfile on plain TCP) and closes it.
 type XorbBytes interface {
-	ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64) ([]byte, error)
+	ReadRange(ctx context.Context, l *xorb.Layout, start, end int64) (*datacache.Range, error)
 }
 
 // Tokens verifies bearer tokens (*tokens.Verifier).
@@ -89,6 +93,9 @@ type Server struct {
 	proxy   *httputil.ReverseProxy
 	m       *metrics
 	mux     *http.ServeMux
+	// bufs holds *[copyBufLen]byte for copying bodies to ResponseWriters that cannot read
+	// from a file themselves (HTTP/2, HTTP/3): no per-request buffer.
+	bufs sync.Pool
 }
 
 // New builds a Server.
@@ -109,6 +116,7 @@ func New(o Options) (*Server, error) {
 		o.Transport = originapi.NewTransport()
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
+	s.bufs.New = func() any { return new([copyBufLen]byte) }
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
 	s.proxy = s.newProxy()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -56,24 +57,24 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 	if !urlsign.Allowed(signed, closed) {
 		return fmt.Errorf("%w: requested ranges are outside the signed set", urlsign.ErrDenied)
 	}
-	// Read the first range before answering, so a failure is still a clean status.
-	first, err := s.read(r, l, want[0])
+	// Open the first range before answering, so that a failure (a fill from the origin, bytes
+	// that fail verification) is still a clean status. Later parts open as they are reached.
+	first, err := s.open(r, l, want[0])
 	if err != nil {
 		return err
 	}
+	defer first.close()
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	if len(want) == 1 {
-		h.Set("Content-Length", strconv.Itoa(len(first)))
+		h.Set("Content-Length", strconv.FormatUint(want[0].Len(), 10))
 		status := http.StatusOK
 		if hdr != "" {
 			status = http.StatusPartialContent
 			h.Set("Content-Range", contentRange(want[0], size))
 		}
 		w.WriteHeader(status)
-		n, err := w.Write(first)
-		s.m.transferBytes.Add(float64(n))
-		return err
+		return s.send(w, first)
 	}
 	boundary := newBoundary()
 	var total uint64
@@ -85,17 +86,18 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Content-Length", strconv.FormatUint(total, 10))
 	w.WriteHeader(http.StatusPartialContent)
 	for i, b := range want {
-		data := first
+		part := first
 		if i > 0 {
-			if data, err = s.read(r, l, b); err != nil {
+			if part, err = s.open(r, l, b); err != nil {
 				return err // the short body tells the client; it retries
 			}
 		}
 		if _, err := io.WriteString(w, partHeader(boundary, b, size, i == 0)); err != nil {
+			part.close()
 			return err
 		}
-		n, err := w.Write(data)
-		s.m.transferBytes.Add(float64(n))
+		err := s.send(w, part)
+		part.close()
 		if err != nil {
 			return err
 		}
@@ -104,15 +106,31 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// read returns the stored bytes b of the xorb, reading the chunk-aligned span that covers them.
-func (s *Server) read(r *http.Request, l *xorb.Layout, b httprange.ByteRange) ([]byte, error) {
+// span is an open, verified byte range of a xorb: the chunk-aligned cached range rr, of which
+// the requested bytes are n bytes after the first skip.
+type span struct {
+	rr      *datacache.Range
+	skip, n int64
+}
+
+// close releases the cached files; it is idempotent.
+func (p *span) close() {
+	if p.rr != nil {
+		p.rr.Close()
+		p.rr = nil
+	}
+}
+
+// open opens the stored bytes b of the xorb from the data cache, as the chunk-aligned range
+// that covers them. Every byte of that range has been verified against l when open returns.
+func (s *Server) open(r *http.Request, l *xorb.Layout, b httprange.ByteRange) (*span, error) {
 	if b.End >= uint64(l.ChunkAreaLen()) {
 		return nil, fmt.Errorf("%w: bytes %s are outside the chunks of xorb %s", httprange.ErrUnsatisfiable, b, l.Hash)
 	}
 	i := firstEndAbove(l, int64(b.Start))
 	j := firstEndAbove(l, int64(b.End))
 	cs, ce := l.ByteRange(uint32(i), uint32(j)+1)
-	data, err := s.o.Bytes.ReadBytes(r.Context(), l, int64(cs), int64(ce))
+	rr, err := s.o.Bytes.ReadRange(r.Context(), l, int64(cs), int64(ce))
 	if err != nil {
 		if s.isCorrupt(err) {
 			s.m.verifyFailures.Inc()
@@ -120,10 +138,35 @@ func (s *Server) read(r *http.Request, l *xorb.Layout, b httprange.ByteRange) ([
 		}
 		return nil, err
 	}
-	if uint64(len(data)) != uint64(ce-cs) {
-		return nil, fmt.Errorf("%w: byte source returned %d bytes for [%d,%d)", ErrCorrupt, len(data), cs, ce)
+	if rr.Len() != int64(ce-cs) {
+		rr.Close()
+		return nil, fmt.Errorf("%w: byte source offers %d bytes for [%d,%d)", ErrCorrupt, rr.Len(), cs, ce)
 	}
-	return data[b.Start-uint64(cs) : b.End+1-uint64(cs)], nil
+	return &span{rr: rr, skip: int64(b.Start - uint64(cs)), n: int64(b.Len())}, nil
+}
+
+// send streams p's requested bytes to w. A chunk-aligned range (what the edge's own answers
+// ask for) goes through the Range's WriteTo, which hands each cached file to w's ReadFrom:
+// sendfile on plain-HTTP TCP, one pooled buffer otherwise. A short body means an I/O error
+// after the header; the client sees the short Content-Length and retries.
+func (s *Server) send(w io.Writer, p *span) error {
+	if p.skip > 0 {
+		if _, err := io.CopyN(io.Discard, p.rr, p.skip); err != nil {
+			return fmt.Errorf("skip %d cached bytes: %w", p.skip, err)
+		}
+	}
+	var n int64
+	var err error
+	if p.rr.Len() == p.n {
+		n, err = p.rr.WriteTo(w)
+	} else {
+		n, err = io.Copy(w, io.LimitReader(p.rr, p.n))
+	}
+	s.m.transferBytes.Add(float64(n))
+	if err == nil && n != p.n {
+		err = fmt.Errorf("sent %d of %d bytes: %w", n, p.n, io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 func contentRange(b httprange.ByteRange, size uint64) string {

@@ -1,0 +1,316 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// testXorb builds a real xorb of n chunks of size raw bytes each (random, so stored ≈ raw).
+func testXorb(t testing.TB, seed uint64, n, size int) ([]byte, *xorb.Layout) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := xorb.NewBuilder(xorb.Auto)
+	for i := 0; i < n; i++ {
+		raw := make([]byte, size)
+		for j := range raw {
+			raw[j] = byte(rng.Uint32())
+		}
+		if !b.Add(raw, hash.Chunk(raw)) {
+			t.Fatalf("builder refused chunk %d", i)
+		}
+	}
+	body, l := b.Finish()
+	if err := l.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	return body, l
+}
+
+// memFetcher serves chunk areas from memory and counts the bytes it sent.
+type memFetcher struct {
+	mu    sync.Mutex
+	body  map[hash.Hash][]byte
+	bytes int64
+}
+
+func (f *memFetcher) FetchXorbRange(_ context.Context, h hash.Hash, start, end int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.body[h]
+	if !ok || start < 0 || end > int64(len(b)) || start > end {
+		return nil, fmt.Errorf("memFetcher: no bytes [%d,%d) of %s", start, end, h)
+	}
+	f.bytes += end - start
+	return io.NopCloser(bytes.NewReader(b[start:end])), nil
+}
+
+type fakeMeta struct{ layouts map[hash.Hash]*xorb.Layout }
+
+func (m fakeMeta) File(context.Context, hash.Hash, string) (*recon.FileRecord, error) {
+	return nil, fmt.Errorf("fakeMeta: no files")
+}
+
+func (m fakeMeta) Layout(_ context.Context, h hash.Hash) (*xorb.Layout, error) {
+	if l, ok := m.layouts[h]; ok {
+		return l, nil
+	}
+	return nil, fmt.Errorf("fakeMeta: no layout %s", h)
+}
+
+type noTokens struct{}
+
+func (noTokens) VerifyRequest(*http.Request) (*auth.Claims, error) {
+	return nil, auth.ErrInsufficient
+}
+
+// transferFixture is a Server over a real data cache holding one xorb.
+type transferFixture struct {
+	srv    *Server
+	signer *urlsign.Signer
+	body   []byte
+	l      *xorb.Layout
+	fetch  *memFetcher
+}
+
+func newTransferFixture(t testing.TB, chunks, chunkSize int) *transferFixture {
+	t.Helper()
+	body, l := testXorb(t, 1, chunks, chunkSize)
+	f := &memFetcher{body: map[hash.Hash][]byte{l.Hash: body}}
+	dc, err := datacache.Open(context.Background(), datacache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30,
+		Fetcher: f, SegmentBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	signer, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.invalid", Key: bytes.Repeat([]byte{7}, urlsign.MinKeyLen)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin, _ := url.Parse("http://127.0.0.1:1")
+	srv, err := New(Options{Meta: fakeMeta{map[hash.Hash]*xorb.Layout{l.Hash: l}}, Bytes: dc, Tokens: noTokens{},
+		Signer: signer, Origin: origin, Permits: 4,
+		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &transferFixture{srv: srv, signer: signer, body: body, l: l, fetch: f}
+}
+
+// pathFor is the path and query of a transfer URL signed for ranges (closed byte ranges).
+func (fx *transferFixture) pathFor(ranges ...httprange.ByteRange) string {
+	u := string(fx.signer.AppendURL(nil, fx.l.Hash, ranges))
+	return strings.TrimPrefix(u, "https://edge.invalid")
+}
+
+// chunkBytes is the closed byte range of chunks [a, b).
+func (fx *transferFixture) chunkBytes(a, b uint32) httprange.ByteRange {
+	s, e := fx.l.ByteRange(a, b)
+	return httprange.ByteRange{Start: uint64(s), End: uint64(e) - 1}
+}
+
+// TestTransfer checks bodies, statuses and framing of the transfer route over plain HTTP
+// (sendfile), HTTP/1.1+TLS and HTTP/2 (pooled copy buffer).
+func TestTransfer(t *testing.T) {
+	fx := newTransferFixture(t, 48, 20000)
+	h := fx.srv.Handler()
+	plain := httptest.NewServer(h)
+	defer plain.Close()
+	h1 := httptest.NewTLSServer(h)
+	defer h1.Close()
+	h2 := httptest.NewUnstartedServer(h)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
+	h1Client := h1.Client()
+	h1Client.Transport.(*http.Transport).TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	servers := []struct {
+		name, url string
+		c         *http.Client
+		proto     int
+	}{
+		{"plain", plain.URL, plain.Client(), 1},
+		{"h1+tls", h1.URL, h1Client, 1},
+		{"h2", h2.URL, h2.Client(), 2},
+	}
+
+	whole := fx.chunkBytes(0, 48)
+	mid := fx.chunkBytes(5, 31) // spans several 256 KiB segments
+	inner := httprange.ByteRange{Start: mid.Start + 17, End: mid.End - 1000}
+	tests := []struct {
+		name   string
+		signed []httprange.ByteRange
+		rng    string
+		status int
+		want   []httprange.ByteRange // parts; nil for an error status
+	}{
+		{"no Range: the signed range", []httprange.ByteRange{mid}, "", 200, []httprange.ByteRange{mid}},
+		{"aligned single range", []httprange.ByteRange{whole}, fmt.Sprintf("bytes=%d-%d", mid.Start, mid.End), 206, []httprange.ByteRange{mid}},
+		{"unaligned single range", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", inner.Start, inner.End), 206, []httprange.ByteRange{inner}},
+		{"one byte", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", mid.Start+3, mid.Start+3), 206,
+			[]httprange.ByteRange{{Start: mid.Start + 3, End: mid.Start + 3}}},
+		{"multipart in request order", []httprange.ByteRange{whole},
+			fmt.Sprintf("bytes=%d-%d,%d-%d,%d-%d", mid.Start, mid.End, 0, 99, inner.Start, inner.End), 206,
+			[]httprange.ByteRange{mid, {Start: 0, End: 99}, inner}},
+		{"outside the signed set", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", whole.Start, whole.End), 403, nil},
+		{"past the chunk area", []httprange.ByteRange{{Start: whole.End + 1, End: whole.End + 10}}, fmt.Sprintf("bytes=%d-%d", whole.End+1, whole.End+10), 416, nil},
+	}
+	for _, sv := range servers {
+		for _, tc := range tests {
+			t.Run(sv.name+"/"+tc.name, func(t *testing.T) {
+				req, _ := http.NewRequest(http.MethodGet, sv.url+fx.pathFor(tc.signed...), nil)
+				if tc.rng != "" {
+					req.Header.Set("Range", tc.rng)
+				}
+				resp, err := sv.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				got, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.ProtoMajor != sv.proto {
+					t.Fatalf("proto %s, want major %d", resp.Proto, sv.proto)
+				}
+				if resp.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d: %.200s", resp.StatusCode, tc.status, got)
+				}
+				if tc.want == nil {
+					return
+				}
+				if len(tc.want) == 1 {
+					w := fx.body[tc.want[0].Start : tc.want[0].End+1]
+					if !bytes.Equal(got, w) {
+						t.Fatalf("body: %d bytes, want %d (equal prefix: %v)", len(got), len(w), bytes.HasPrefix(w, got))
+					}
+					return
+				}
+				mt, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+				if err != nil || mt != "multipart/byteranges" {
+					t.Fatalf("Content-Type %q: %v", resp.Header.Get("Content-Type"), err)
+				}
+				mr := multipart.NewReader(bytes.NewReader(got), params["boundary"])
+				for i, b := range tc.want {
+					p, err := mr.NextPart()
+					if err != nil {
+						t.Fatalf("part %d: %v", i, err)
+					}
+					if cr, want := p.Header.Get("Content-Range"), fmt.Sprintf("bytes %d-%d/%d", b.Start, b.End, objectSize(fx.l)); cr != want {
+						t.Fatalf("part %d Content-Range %q, want %q", i, cr, want)
+					}
+					pb, err := io.ReadAll(p)
+					if err != nil || !bytes.Equal(pb, fx.body[b.Start:b.End+1]) {
+						t.Fatalf("part %d: %d bytes (err %v), want %d", i, len(pb), err, b.Len())
+					}
+				}
+				if _, err := mr.NextPart(); err != io.EOF {
+					t.Fatalf("after the last part: %v, want EOF", err)
+				}
+			})
+		}
+	}
+	if served := testutilCounter(t, fx.srv); served == 0 {
+		t.Fatal("xet_edge_transfer_served_bytes_total did not move")
+	}
+}
+
+func testutilCounter(t *testing.T, s *Server) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := s.m.transferBytes.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// discardWriter is a ResponseWriter that keeps nothing and, like the HTTP/2 and HTTP/3
+// writers, has no ReadFrom.
+type discardWriter struct {
+	h      http.Header
+	status int
+	n      int64
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) WriteHeader(code int)        { w.status = code }
+func (w *discardWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// serveDiscard runs one transfer request against the handler and checks its status and length.
+func serveDiscard(tb testing.TB, h http.Handler, req *http.Request, want int64) {
+	w := &discardWriter{h: http.Header{}}
+	h.ServeHTTP(w, req)
+	if w.status != http.StatusPartialContent || w.n != want {
+		tb.Fatalf("status %d, %d bytes; want 206, %d", w.status, w.n, want)
+	}
+}
+
+// TestTransferMemoryFlat checks that serving a warm range allocates about the same for 64 KiB
+// as for 4 MiB: nothing sized by the range.
+func TestTransferMemoryFlat(t *testing.T) {
+	fx := newTransferFixture(t, 64, 65536)
+	h := fx.srv.Handler()
+	perRequest := func(chunks uint32) uint64 {
+		b := fx.chunkBytes(0, chunks)
+		req := httptest.NewRequest(http.MethodGet, fx.pathFor(b), nil)
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", b.Start, b.End))
+		serveDiscard(t, h, req, int64(b.Len())) // fill the cache
+		const n = 20
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range n {
+			serveDiscard(t, h, req, int64(b.Len()))
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / n
+	}
+	small, large := perRequest(1), perRequest(64)
+	t.Logf("allocated per request: 1 chunk %d B, 64 chunks (%d B) %d B", small, fx.chunkBytes(0, 64).Len(), large)
+	if large > small+64<<10 {
+		t.Fatalf("a 4 MiB range allocates %d B per request, a 64 KiB one %d B: allocation scales with the range", large, small)
+	}
+}
+
+// BenchmarkTransferWarm is the handler's cost per warm range (discarding writer, no network).
+func BenchmarkTransferWarm(b *testing.B) {
+	for _, chunks := range []uint32{1, 16, 64} {
+		b.Run(fmt.Sprintf("chunks=%d", chunks), func(b *testing.B) {
+			fx := newTransferFixture(b, 64, 65536)
+			h := fx.srv.Handler()
+			r := fx.chunkBytes(0, chunks)
+			req := httptest.NewRequest(http.MethodGet, fx.pathFor(r), nil)
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", r.Start, r.End))
+			serveDiscard(b, h, req, int64(r.Len()))
+			b.SetBytes(int64(r.Len()))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				serveDiscard(b, h, req, int64(r.Len()))
+			}
+		})
+	}
+}
