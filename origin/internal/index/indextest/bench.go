@@ -177,7 +177,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	s := slices.Clone(lat)
 	slices.Sort(s)
 	at := func(p float64) float64 {
-		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Nanoseconds()) / 1e6
 	}
 	b.ReportMetric(at(0.50), "p50-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
