@@ -16,7 +16,8 @@
 // Prints one JSON line per file: {path, file_hash, size, sha256, xorb_bytes_posted, shard_bytes_posted}.
 //
 // Download uses XetBlob (the library's xet reader, exported as __internal_XetBlob), whole or
-// sliced; --range A-B is inclusive, like an HTTP Range. Prints {file_hash, bytes, path}.
+// sliced; --range A-B is inclusive, like an HTTP Range, and may be repeated: the slices of one
+// XetBlob are written to OUT.0, OUT.1, ... Prints {file_hash, bytes, path} per file written.
 // Any failure: exit 1 with one "hfjs_driver: error: ..." line on stderr.
 
 import { open, stat } from "node:fs/promises";
@@ -210,16 +211,13 @@ async function cmdDownload(opts) {
 	const size = Number(opts.size);
 	if (!Number.isSafeInteger(size) || size < 0) fail(`bad --size ${opts.size}`);
 	if (!/^[0-9a-f]{64}$/.test(opts.hash)) fail(`bad --hash ${opts.hash}`);
-	let start = 0;
-	let end = size;
-	if (opts.range !== undefined) {
-		const m = /^(\d+)-(\d+)$/.exec(opts.range);
-		if (!m || Number(m[2]) < Number(m[1]) || Number(m[2]) >= size) {
-			fail(`bad --range ${opts.range} for a file of ${size} bytes (want A-B, inclusive)`);
+	const spans = (opts.range ?? [`0-${size - 1}`]).map((r) => {
+		const m = /^(\d+)-(\d+)$/.exec(r);
+		if (opts.range !== undefined && (!m || Number(m[2]) < Number(m[1]) || Number(m[2]) >= size)) {
+			fail(`bad --range ${r} for a file of ${size} bytes (want A-B, inclusive)`);
 		}
-		start = Number(m[1]);
-		end = Number(m[2]) + 1;
-	}
+		return opts.range === undefined ? [0, size] : [Number(m[1]), Number(m[2]) + 1];
+	});
 	const repo = parseRepo(opts.repo ?? "models/interop/driver");
 	const hub = (opts.hub ?? opts.endpoint).replace(/\/$/, "");
 	const refreshUrl = `${hub}/api/${repo.kind}/${repo.name}/xet-read-token/main`;
@@ -235,24 +233,27 @@ async function cmdDownload(opts) {
 			readToken: { accessToken: opts.token, casUrl: opts.endpoint.replace(/\/$/, ""), exp: tokenExpiry(opts.token) },
 		}),
 	});
-	const part = start === 0 && end === size ? blob : blob.slice(start, end);
-	const out = resolve(opts.output);
-	let n = 0;
-	const fh = await open(out, "w");
-	try {
-		// Read the web stream directly: node's stream adapters drop the error's cause.
-		const reader = part.stream().getReader();
-		for (;;) {
-			const { done, value } = await reader.read();
-			if (done) break;
-			await fh.write(value);
-			n += value.byteLength;
+	const base = resolve(opts.output);
+	for (const [i, [start, end]] of spans.entries()) {
+		const part = start === 0 && end === size ? blob : blob.slice(start, end);
+		const out = spans.length === 1 ? base : `${base}.${i}`;
+		let n = 0;
+		const fh = await open(out, "w");
+		try {
+			// Read the web stream directly: node's stream adapters drop the error's cause.
+			const reader = part.stream().getReader();
+			for (;;) {
+				const { done, value } = await reader.read();
+				if (done) break;
+				await fh.write(value);
+				n += value.byteLength;
+			}
+		} finally {
+			await fh.close();
 		}
-	} finally {
-		await fh.close();
+		if (n !== end - start) fail(`range ${start}-${end - 1}: got ${n} bytes, expected ${end - start}`);
+		process.stdout.write(JSON.stringify({ file_hash: opts.hash, bytes: n, path: out }) + "\n");
 	}
-	if (n !== end - start) fail(`got ${n} bytes, expected ${end - start}`);
-	process.stdout.write(JSON.stringify({ file_hash: opts.hash, bytes: n, path: out }) + "\n");
 }
 
 async function main() {
@@ -267,7 +268,7 @@ async function main() {
 			repo: { type: "string" },
 			hash: { type: "string" },
 			size: { type: "string" },
-			range: { type: "string" },
+			range: { type: "string", multiple: true },
 			output: { type: "string", short: "o" },
 		},
 	});

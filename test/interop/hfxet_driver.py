@@ -15,9 +15,10 @@ Subcommands (every failure exits non-zero with one "hfxet_driver: error: ..." li
            Downloads file H (N bytes) to OUT. Without --range it uses a file
            download group (what huggingface_hub uses); with --range A-B (inclusive
            byte offsets, like an HTTP Range) it uses a download stream group with
-           start=A, end=B+1 and writes exactly those bytes. --stream forces the
-           stream path for a whole-file download. Prints one JSON line
-           {"file_hash", "bytes", "path"}.
+           start=A, end=B+1 and writes exactly those bytes. --range may be repeated:
+           the ranges are read through one stream group into OUT.0, OUT.1, ...
+           --stream forces the stream path for a whole-file download. Prints one
+           JSON line {"file_hash", "bytes", "path"} per file written.
 
 The token's expiry is taken from the JWT "exp" claim when it has one. Environment
 variables HF_XET_* (retry policy, cache directory) are honoured by hf_xet itself.
@@ -128,18 +129,21 @@ def cmd_download(args, hf_xet):
         n = os.path.getsize(out)
         if n != args.size:
             fail(f"downloaded {n} bytes, expected {args.size}")
-    else:
-        start, end = (0, args.size) if args.range is None else parse_range(args.range, args.size)
-        group = hf_xet.XetSession().new_download_stream_group(**auth_kwargs(args, "read"))
+        print(json.dumps({"file_hash": args.hash, "bytes": n, "path": out}), flush=True)
+        return
+    spans = [(0, args.size)] if args.range is None else [parse_range(r, args.size) for r in args.range]
+    outs = [out] if len(spans) == 1 else [f"{out}.{i}" for i in range(len(spans))]
+    group = hf_xet.XetSession().new_download_stream_group(**auth_kwargs(args, "read"))
+    for (start, end), path in zip(spans, outs):
         n = 0
-        with open(out, "wb") as f:
+        with open(path, "wb") as f:
             for piece in group.download_stream(info, start=start, end=end):
                 f.write(piece)
                 n += len(piece)
-        group.finish()
         if n != end - start:
-            fail(f"stream gave {n} bytes, expected {end - start}")
-    print(json.dumps({"file_hash": args.hash, "bytes": n, "path": out}), flush=True)
+            fail(f"stream {start}-{end - 1} gave {n} bytes, expected {end - start}")
+        print(json.dumps({"file_hash": args.hash, "bytes": n, "path": path}), flush=True)
+    group.finish()
 
 
 def main():
@@ -156,7 +160,8 @@ def main():
     down = sub.add_parser("download", parents=[common])
     down.add_argument("--hash", required=True)
     down.add_argument("--size", required=True, type=int)
-    down.add_argument("--range", help="A-B, inclusive byte offsets")
+    down.add_argument("--range", action="append",
+                      help="A-B, inclusive byte offsets; repeat for several (written to OUT.0, OUT.1, ...)")
     down.add_argument("--stream", action="store_true", help="use the stream API for a whole file")
     down.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
