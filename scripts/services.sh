@@ -314,10 +314,14 @@ main() {
 	case "${1:-}" in
 	start)
 		mkdir -p "$CACHE" "$RUNDIR"
+		# The MinIO build (minutes, CPU) overlaps the downloads and PostgreSQL's start.
+		minio_build &
+		build=$!
 		pg_start
-		minio_start
 		hfxet_install
 		hfjs_install
+		wait "$build" || die "minio build failed"
+		minio_start
 		print_env >"$ENVFILE.tmp"
 		mv "$ENVFILE.tmp" "$ENVFILE"
 		log "ready; exports in ${ENVFILE#"$ROOT"/}"
