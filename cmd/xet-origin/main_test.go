@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,7 +29,10 @@ func buildBinary(t *testing.T) string {
 		t.Skip("builds and runs the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "xet-origin")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build the binary: %v", err)
+	}
 	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -290,3 +290,24 @@ func TestDevNoAuth(t *testing.T) {
 	// A presented token is still checked.
 	expect(t, e.do("HEAD", "/v1/files/"+f.file.String(), "garbage", nil), 401)
 }
+
+func TestIndexDown(t *testing.T) {
+	idx, objs := sqliteLocal().open(t)
+	e := newEnvWith(t, idx, objs)
+	f := makeFixture(t, 35, 1, 3, 500)
+	w := e.token("s", auth.Write)
+	uploadXorbs(e, f, w)
+	idx.Close() // every later call fails with index.ErrUnavailable
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/v1/shards"},
+		{"GET", "/v2/reconstructions/" + f.file.String()},
+		{"HEAD", "/v1/xorbs/default/" + f.layouts[0].Hash.String()},
+		{"GET", "/readyz"},
+	} {
+		resp := e.do(c.method, c.path, w, f.body)
+		expect(t, resp, 503)
+		if resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s: 503 without Retry-After", c.method, c.path)
+		}
+	}
+}
