@@ -176,10 +176,12 @@ func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"events":[]}`+"\n"))
-			return nil
+		case <-s.draining:
 		case <-tick.C:
+			continue
 		}
+		httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"events":[]}`+"\n"))
+		return nil
 	}
 }
 

@@ -311,3 +311,21 @@ func TestIndexDown(t *testing.T) {
 		}
 	}
 }
+
+func TestEventsLongPollEndsOnDrain(t *testing.T) {
+	e := newEnv(t, sqliteLocal())
+	done := make(chan []byte)
+	go func() {
+		resp := e.do("GET", "/internal/v1/events?after=0", e.token("edge", auth.Edge), nil) // waits up to 30 s
+		done <- read(t, resp)
+	}()
+	e.srv.Drain()
+	select {
+	case b := <-done:
+		if string(b) != `{"events":[]}`+"\n" {
+			t.Fatalf("answer %q", b)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("long poll did not end on Drain")
+	}
+}

@@ -34,9 +34,10 @@ func Listen(mainAddr, adminAddr string) (*Listeners, error) {
 }
 
 // Serve serves the main handler (and admin, when l.Admin is set) until ctx is cancelled, then
-// stops accepting, lets in-flight requests finish for up to grace, and returns. The caller
-// closes the index and object store after Serve returns, never before.
-func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration) error {
+// calls onShutdown (may be nil; e.g. Server.Drain), stops accepting, lets in-flight requests
+// finish for up to grace, and returns. The caller closes the index and object store after
+// Serve returns, never before.
+func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration, onShutdown func()) error {
 	servers := []*http.Server{newHTTPServer(main, log)}
 	lns := []net.Listener{l.Main}
 	if l.Admin != nil {
@@ -57,6 +58,9 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("draining", "grace", grace.String())
+		if onShutdown != nil {
+			onShutdown()
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 		defer cancel()
 		var errs []error

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,6 +87,9 @@ type Server struct {
 	permits  *permits            // extra goroutines for writing big reconstruction answers
 	m        *metrics
 	mux      *http.ServeMux
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain: long polls answer at once
 }
 
 // New builds a Server.
@@ -125,6 +129,7 @@ func New(o Options) (*Server, error) {
 		ingestMu: semaphore.NewWeighted(o.Config.Limits.IngestMemory),
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
+		draining: make(chan struct{}),
 	}
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
 	s.routes()
@@ -145,6 +150,10 @@ func baseRules() []httpapi.Rule {
 		{Err: objstore.ErrRange, Status: http.StatusRequestedRangeNotSatisfiable, Code: "range_not_satisfiable"},
 	}
 }
+
+// Drain makes waiting long polls answer now, so a graceful shutdown does not wait for them.
+// It is idempotent; pass it to Serve as the shutdown hook.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Handler is the main listener's handler.
 func (s *Server) Handler() http.Handler { return httpapi.WithRequestID(s.mux) }
