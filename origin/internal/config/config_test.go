@@ -85,3 +85,24 @@ func TestLoadRejects(t *testing.T) {
 		}
 	}
 }
+
+func FuzzLoadFile(f *testing.F) {
+	f.Add([]byte(`{"data_dir":"/d"}`))
+	f.Add([]byte(`{"data_dir":"/d","index":{"driver":"postgres"},"limits":{"pace_window":"1s"}}`))
+	f.Add([]byte(`{"limits":{"pace_window":"forever"}}`))
+	f.Add([]byte(`[]`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		file := filepath.Join(dir, "c.json")
+		if err := os.WriteFile(file, doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load([]string{"--config", file}, env(nil))
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error %v does not wrap ErrInvalid", err)
+		}
+		if err == nil && c.Validate() != nil {
+			t.Fatal("Load returned a config that does not validate")
+		}
+	})
+}
