@@ -2,6 +2,7 @@
 // visibility, shard registrations, the global-dedup table and the log of visibility revocations
 // that edges follow. Two implementations satisfy Index and pass one conformance suite
 // (index/indextest): index/postgres for production and index/sqlite for the embedded single node.
+// LayoutCache is a decorator that keeps decoded xorb layouts in memory; wrap either with it.
 //
 // # Schema
 //
@@ -86,8 +87,8 @@ type Event struct {
 }
 
 // Index is the origin's metadata store. All methods are safe for concurrent use and return
-// errors wrapping ErrNotFound, ErrUnavailable or ErrInvalid where those apply. Values returned
-// are freshly decoded: the caller owns them.
+// errors wrapping ErrNotFound, ErrUnavailable or ErrInvalid where those apply. Returned records
+// and layouts may be shared with other callers (see LayoutCache): treat them as immutable.
 type Index interface {
 	// PutXorb records the layout of a stored xorb and its stored object size. It reports
 	// whether the xorb was new; a second put of the same hash keeps the first layout and size

@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"Dedup", testDedup},
 		{"HideAndEvents", testHideAndEvents},
 		{"EventsPaging", testEventsPaging},
+		{"ConcurrentHide", testConcurrentHide},
 		{"LargeRecord", testLargeRecord},
 		{"Invalid", testInvalid},
 		{"Canceled", testCanceled},
@@ -597,6 +598,49 @@ func testEventsPaging(t *testing.T, ix index.Index) {
 	}
 	if evs, err := ix.Events(ctx, after, 10); err != nil || len(evs) != 0 {
 		t.Errorf("Events after the last = %v, %v; want none", evs, err)
+	}
+}
+
+func testConcurrentHide(t *testing.T, ix index.Index) {
+	g := NewGen(14)
+	r := g.Registration("models/acme/h", 32, 1, 1)
+	mustRegister(t, ix, r, true)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(r.Files))
+	for _, f := range r.Files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- ix.Hide(ctxOf(t), r.Scope, []hash.Hash{f.Hash})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Hide: %v", err)
+		}
+	}
+	evs, err := ix.Events(ctxOf(t), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != len(r.Files) {
+		t.Fatalf("%d events for %d hides", len(evs), len(r.Files))
+	}
+	seen := map[hash.Hash]bool{}
+	for i, e := range evs {
+		if i > 0 && e.Seq <= evs[i-1].Seq {
+			t.Errorf("event %d seq %d not after %d", i, e.Seq, evs[i-1].Seq)
+		}
+		if len(e.Files) != 1 || seen[e.Files[0]] {
+			t.Errorf("event %d = %+v: want one file not seen before", i, e)
+			continue
+		}
+		seen[e.Files[0]] = true
+	}
+	for _, f := range r.Files {
+		wantHidden(t, ix, f.Hash, r.Scope)
 	}
 }
 
