@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -97,7 +98,11 @@ func (e *env) reconstructV2(file hash.Hash, tok, rng string) []byte {
 		hdr = []string{"Range", rng}
 	}
 	var a reconV2
-	if err := json.Unmarshal(expect(e.t, e.do("GET", "/v2/reconstructions/"+file.String(), tok, nil, hdr...), 200), &a); err != nil {
+	body := expect(e.t, e.do("GET", "/v2/reconstructions/"+file.String(), tok, nil, hdr...), 200)
+	if _, err := wire.DecodeV2(body); err != nil { // the stock client's shape rules
+		e.t.Fatalf("answer breaks the client's rules: %v", err)
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
 		e.t.Fatal(err)
 	}
 	var out []byte
