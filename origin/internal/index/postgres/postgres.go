@@ -57,7 +57,8 @@ type Options struct {
 	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
 	// them; the rest serve lookups.
 	MaxConns int32
-	// Registrars is the number of registration statements in flight at once (default 8).
+	// Registrars is the number of registration statements in flight at once (default 8, or
+	// MaxConns/2 when only MaxConns is given and smaller than 16).
 	Registrars int
 	// MaxBatch bounds the registrations one statement commits (default 64).
 	MaxBatch int
@@ -104,7 +105,12 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres: %w", index.ErrInvalid, err)
 	}
-	if o.Registrars <= 0 {
+	switch {
+	case o.Registrars > 0:
+	case o.MaxConns > 0:
+		// Leave at least half of a given pool to lookups.
+		o.Registrars = int(min(8, max(1, o.MaxConns/2)))
+	default:
 		o.Registrars = 8
 	}
 	cfg.MaxConns = int32(o.Registrars) + 8
