@@ -243,7 +243,8 @@ const (
 
 	// qRegister commits a batch of registrations in one statement. The main query reads s, so
 	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
-	// afterwards, in that order, the same for every batch. It returns the shards that were new.
+	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
+	// only statement that inserts into these tables). It returns the shards that were new.
 	qRegister = `WITH s AS (
 	INSERT INTO shards(hash, scope, xorbs)
 	SELECT h, sc, x FROM unnest($1::bytea[], $2::text[], $3::bytea[]) AS u(h, sc, x) ORDER BY h
