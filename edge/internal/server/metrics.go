@@ -10,6 +10,7 @@ type metrics struct {
 	permitsInUse   prometheus.Gauge
 	parallel       prometheus.Counter
 	recon          *prometheus.HistogramVec
+	planCache      *prometheus.CounterVec
 	transferBytes  prometheus.Counter
 	verifyFailures prometheus.Counter
 }
@@ -31,6 +32,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		recon: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "xet_edge_recon_duration_seconds",
 			Help:    "Local reconstruction time (lookup, plan, write) by version.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"version"}),
+		planCache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_recon_plan_cache_total",
+			Help: "Whole-file reconstruction plans taken from the plan cache (hit) or computed (miss)."}, []string{"result"}),
 		transferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_served_bytes_total",
 			Help: "Xorb bytes served on the transfer route."}),
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
@@ -38,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.fallbacks.WithLabelValues("no_permit")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon,
+		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon, m.planCache,
 			m.transferBytes, m.verifyFailures)
 	}
 	return m

@@ -13,7 +13,8 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// maxWriters bounds the goroutines one answer is written by.
+// maxWriters bounds the goroutines one answer is written by; Server.maxWriters also caps
+// them at GOMAXPROCS, since a writer beyond the cores only adds buffering and scheduling.
 const maxWriters = 8
 
 func (s *Server) reconV1(w http.ResponseWriter, r *http.Request) error {
@@ -65,13 +66,13 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	if err != nil {
 		return err
 	}
-	a, err := recon.Plan(rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
+	a, err := s.plan(ctx, rec, rng)
 	if err != nil {
 		return err
 	}
 	enc := recon.Encoder{}
 	if a.Len() >= s.o.ParallelAt {
-		if extra := s.permits.takeHalf(maxWriters - 1); extra > 0 {
+		if extra := s.permits.takeHalf(s.maxWriters - 1); extra > 0 {
 			defer s.permits.release(extra)
 			enc.Workers = 1 + extra
 			s.m.parallel.Inc()
@@ -88,6 +89,31 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	}
 	s.m.recon.WithLabelValues(version).Observe(time.Since(start).Seconds())
 	return err
+}
+
+// plan returns the answer for rng of rec (nil: the whole file). Whole-file answers, including
+// a range that resolves to every byte of the file, come from the plan cache when they can.
+func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, rng *httprange.Range) (*recon.Answer, error) {
+	whole := rng == nil
+	if !whole && rec.Size > 0 {
+		if br, err := rng.Resolve(rec.Size); err == nil && br.Start == 0 && br.End == rec.Size-1 {
+			whole = true // the same answer as no range: nothing to trim, offset 0
+		}
+	}
+	if !whole {
+		return recon.Plan(rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
+	}
+	if a, ok := s.plans.get(rec); ok {
+		s.m.planCache.WithLabelValues("hit").Inc()
+		return a, nil
+	}
+	a, err := recon.Plan(rec, nil, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
+	if err != nil {
+		return nil, err
+	}
+	s.m.planCache.WithLabelValues("miss").Inc()
+	s.plans.put(rec, a)
+	return a, nil
 }
 
 // headFile: HEAD /v1/files/{file} → Content-Length = file size; 404 when not visible.

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"sync"
 	"time"
 
@@ -74,6 +75,9 @@ type Options struct {
 	Permits int
 	// ParallelAt is the term count from which an answer takes extra writer permits.
 	ParallelAt int
+	// PlanCacheBytes bounds the cache of whole-file plans; 0 means DefaultPlanCacheBytes,
+	// negative disables it.
+	PlanCacheBytes int64
 	// Ready reports whether the edge can serve (/readyz); nil means always.
 	Ready func(ctx context.Context) error
 	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
@@ -96,6 +100,9 @@ type Server struct {
 	// bufs holds *[copyBufLen]byte for copying bodies to ResponseWriters that cannot read
 	// from a file themselves (HTTP/2, HTTP/3): no per-request buffer.
 	bufs sync.Pool
+	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
+	plans      *planCache
+	maxWriters int
 }
 
 // New builds a Server.
@@ -112,11 +119,16 @@ func New(o Options) (*Server, error) {
 	if o.ParallelAt <= 0 {
 		o.ParallelAt = 20000
 	}
+	if o.PlanCacheBytes == 0 {
+		o.PlanCacheBytes = DefaultPlanCacheBytes
+	}
 	if o.Transport == nil {
 		o.Transport = originapi.NewTransport()
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
 	s.bufs.New = func() any { return new([copyBufLen]byte) }
+	s.plans = newPlanCache(o.PlanCacheBytes)
+	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
 	s.proxy = s.newProxy()
