@@ -1,0 +1,115 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/index/sqlite"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+func newService(t *testing.T) (*Service, index.Index, objstore.ObjectStore) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "i.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st, err := objstore.NewLocal(filepath.Join(dir, "o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Options{Index: db, Objects: st}), db, st
+}
+
+// oneXorbFile returns a xorb body, its layout and an upload shard of one file covering it.
+func oneXorbFile(t *testing.T) ([]byte, *xorb.Layout, *shard.Shard) {
+	t.Helper()
+	b := xorb.NewBuilder(xorb.None)
+	var leaves []hash.Leaf
+	for i := range 5 {
+		raw := []byte{byte(i), 1, 2, 3, byte(i)}
+		h := hash.Chunk(raw)
+		b.Add(raw, h)
+		leaves = append(leaves, hash.Leaf{Hash: h, Size: 5})
+	}
+	body, l := b.Finish()
+	x := shard.Xorb{Hash: l.Hash, RawBytes: l.RawLen()}
+	for i, h := range l.ChunkHashes {
+		x.Chunks = append(x.Chunks, shard.XorbChunk{Hash: h, RawStart: uint32(5 * i), RawLen: 5})
+	}
+	s := &shard.Shard{
+		Files: []shard.File{{Hash: hash.File(leaves), Terms: []shard.Term{{Xorb: l.Hash, RawBytes: 25, Start: 0, End: 5}},
+			Verification: []hash.Hash{hash.Verification(l.ChunkHashes)}}},
+		Xorbs: []shard.Xorb{x},
+	}
+	return body, l, s
+}
+
+func TestPutXorb(t *testing.T) {
+	svc, db, st := newService(t)
+	body, l, _ := oneXorbFile(t)
+	ctx := context.Background()
+	if _, err := svc.PutXorb(ctx, "other", l.Hash, body); !errors.Is(err, ErrBadPrefix) {
+		t.Fatalf("bad prefix: %v", err)
+	}
+	if _, err := svc.PutXorb(ctx, Prefix, hash.Chunk([]byte("x")), body); !errors.Is(err, xorb.ErrHashMismatch) {
+		t.Fatalf("mismatch: %v", err)
+	}
+	if _, err := st.Stat(ctx, XorbKey(l.Hash)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("rejected xorb stored: %v", err)
+	}
+	for i, want := range []bool{true, false} {
+		ins, err := svc.PutXorb(ctx, Prefix, l.Hash, body)
+		if err != nil || ins != want {
+			t.Fatalf("put %d: inserted %v, %v", i, ins, err)
+		}
+	}
+	size, err := db.XorbSize(ctx, l.Hash)
+	if err != nil || size != uint64(len(body)+xorb.FooterLen(5)+4) {
+		t.Fatalf("stored size %d, %v", size, err)
+	}
+	rc, n, err := st.Get(ctx, XorbKey(l.Hash))
+	if err != nil || uint64(n) != size {
+		t.Fatalf("object: %d bytes, %v", n, err)
+	}
+	rc.Close()
+}
+
+func TestRegisterShardProgress(t *testing.T) {
+	svc, db, _ := newService(t)
+	body, l, s := oneXorbFile(t)
+	ctx := context.Background()
+	if _, err := svc.PutXorb(ctx, Prefix, l.Hash, body); err != nil {
+		t.Fatal(err)
+	}
+	var stages []string
+	ins, err := svc.RegisterShard(ctx, "scope", s.AppendUpload(nil), func(p Progress) { stages = append(stages, p.Stage) })
+	if err != nil || !ins {
+		t.Fatalf("register: %v %v", ins, err)
+	}
+	want := []string{StageValidating, StageValidating, StageUploading, StageSyncing}
+	if len(stages) != len(want) {
+		t.Fatalf("stages %v, want %v", stages, want)
+	}
+	for i := range want {
+		if stages[i] != want[i] {
+			t.Fatalf("stages %v, want %v", stages, want)
+		}
+	}
+	if _, err := db.File(ctx, s.Files[0].Hash, "scope"); err != nil {
+		t.Fatal(err)
+	}
+	// A chunk-reference bomb: few bytes, many chunks claimed.
+	small := New(Options{Index: db, Objects: nil, MaxChunkRefs: 4})
+	if _, err := small.RegisterShard(ctx, "scope", s.AppendUpload(nil), nil); !errors.Is(err, shard.ErrTooLarge) {
+		t.Fatalf("chunk-reference limit: %v", err)
+	}
+}
