@@ -3,12 +3,16 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/indextest"
 	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
+	"github.com/xetcdn/xetcdn/shared/recon"
 )
 
 func open(t testing.TB) *postgres.DB { return openConns(t, 0) }
@@ -85,5 +89,91 @@ func BenchmarkLayouts(b *testing.B) {
 			}
 			indextest.BenchLayouts(b, c, n)
 		})
+	}
+}
+
+// TestTwoReplicas registers the same overlapping shards through two independent DB handles (as
+// two origin replicas would), each with its own registrars and its own order, and checks that
+// nothing fails (a deadlock would surface as an error after deadlock_timeout) and that every
+// shard is reported new exactly once.
+func TestTwoReplicas(t *testing.T) {
+	dsn := postgres.FreshSchema(t)
+	var dbs [2]*postgres.DB
+	for i := range dbs {
+		db, err := postgres.Open(t.Context(), postgres.Options{DSN: dsn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs[i] = db
+	}
+	g := indextest.NewGen(400)
+	// Heavy overlap on fresh keys: shards come in groups of 16; every shard of a group lists 6
+	// of its group's 10 new files and 6 of its 10 new dedup chunks, in its own order. Both
+	// replicas work through the groups in the same sequence (each in its own order inside a
+	// group), so concurrent statements keep inserting the same not-yet-committed keys.
+	const group, n = 16, 320
+	pick := rand.New(rand.NewPCG(7, 7))
+	regs := make([]*index.Registration, n)
+	for gi := 0; gi < n; gi += group {
+		chunks := g.Hashes(10)
+		files := make([]*recon.FileRecord, 10)
+		for i := range files {
+			files[i] = g.Record(2)
+		}
+		for i := gi; i < gi+group; i++ {
+			r := g.Registration(fmt.Sprintf("models/r/%d", i%2), 1, 2, 1)
+			for _, k := range pick.Perm(10)[:6] {
+				r.Files = append(r.Files, files[k])
+			}
+			for _, k := range pick.Perm(10)[:6] {
+				r.Dedup = append(r.Dedup, chunks[k])
+			}
+			regs[i] = r
+		}
+	}
+	var inserted [n]atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for d, db := range dbs {
+		rng := rand.New(rand.NewPCG(uint64(d), 1))
+		var order []int
+		for gi := 0; gi < n; gi += group {
+			for _, k := range rng.Perm(group) {
+				order = append(order, gi+k)
+			}
+		}
+		next := atomic.Int64{}
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					k := int(next.Add(1) - 1)
+					if k >= n {
+						return
+					}
+					i := order[k]
+					ins, err := db.RegisterShard(t.Context(), regs[i])
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ins {
+						inserted[i].Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("RegisterShard: %v", err)
+	}
+	for i := range inserted {
+		if c := inserted[i].Load(); c != 1 {
+			t.Errorf("shard %d reported new %d times", i, c)
+		}
 	}
 }
