@@ -254,7 +254,7 @@ const (
 	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h ON CONFLICT DO NOTHING
 ), v AS (
 	INSERT INTO visibility(scope, file)
-	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc, h ON CONFLICT DO NOTHING
+	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc COLLATE "C", h ON CONFLICT DO NOTHING
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c ON CONFLICT DO NOTHING
