@@ -217,6 +217,43 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 		}
 	})
 
+	// hf_xet's fallbacks and options, forced through its environment: the v1 shard route and the
+	// direct xorb route for uploads, the v1 reconstruction route and multi-range transfer GETs
+	// for downloads. The near-duplicate file is the one whose xorb fetches have several ranges.
+	t.Run("hfxet-variants", func(t *testing.T) {
+		c := clients[0]
+		fx := makeFixtures(t, t.TempDir(), 99, 0, 3<<20)
+		up := append(append([]string(nil), o.env...),
+			"HF_XET_CLIENT_SHARD_API_VERSION=1", "HF_XET_CLIENT_LEGACY_DIRECT_XORB_UPLOAD=true")
+		// The origin's request counter shows that each setting took effect.
+		const (
+			v1Shards = "POST /v1/shards"
+			v1Xorbs  = "POST /v1/xorbs/{prefix}/{hash}"
+			v1Recon  = "GET /v1/reconstructions/{file}"
+		)
+		before := o.requests(t)
+		got := c.upload(t, up, o.writeAuth(write, false), pick(fx, "base", "similar")...)
+		after := o.requests(t)
+		for _, route := range []string{v1Shards, v1Xorbs} {
+			if after[route] <= before[route] {
+				t.Errorf("%s not called (%v before, %v after)", route, before[route], after[route])
+			}
+		}
+		files := append(appendUploads(nil, got), find(t, all, c.name, "similar"))
+		for _, v := range []string{"HF_XET_CLIENT_RECONSTRUCTION_API_VERSION=1", "HF_XET_CLIENT_ENABLE_MULTIRANGE_FETCHING=true"} {
+			env := append(append([]string(nil), o.env...), v)
+			before := o.requests(t)
+			for _, f := range files {
+				t.Run(fmt.Sprintf("%s/%s-%s", strings.SplitN(v, "=", 2)[0], f.by, f.name), func(t *testing.T) {
+					checkDownloads(t, c, env, auth{endpoint: o.url, token: read}, f)
+				})
+			}
+			if after := o.requests(t); strings.Contains(v, "RECONSTRUCTION") && after[v1Recon] <= before[v1Recon] {
+				t.Errorf("%s: %s not called", v, v1Recon)
+			}
+		}
+	})
+
 	if bins.edge == "" {
 		t.Log("cmd/xet-edge has no Go files yet: edge scenarios not run")
 		return
@@ -236,6 +273,12 @@ func runScenarios(t *testing.T, o *origin, bins binaries, clients []*client, fil
 		}
 		var eps []target
 		plain := startEdge(t, bins.edge, o, true)
+		f := find(t, all, clients[0].name, "mib")
+		for _, path := range []string{"/v2/reconstructions/", "/v1/reconstructions/"} {
+			if st := httpStatus(t, plain.httpURL+path+f.hash, otherRead); st != http.StatusNotFound {
+				t.Errorf("edge: GET %s with a read token of %s: status %d, want 404", path, otherScope, st)
+			}
+		}
 		eps = append(eps, target{endpoints{name: "edge-http", url: plain.httpURL, hub: o.url},
 			plainFiles})
 		tls := startEdge(t, bins.edge, o, false)
@@ -724,39 +767,67 @@ func (o *origin) writeAuth(tok string, viaHub bool) auth {
 	return a
 }
 
-// xorbIngestBytes reads the origin's counter of accepted xorb bytes.
+// xorbIngestBytes reads the origin's counter of accepted xorb bytes (0 before the first xorb:
+// a counter vector has no series until its first observation).
 func (o *origin) xorbIngestBytes(t *testing.T) int64 {
 	t.Helper()
-	resp, err := http.Get(o.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	const name = "xet_origin_ingest_bytes_total"
+	const name = "xet_origin_ingest_bytes_total{"
 	var total float64
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, `kind="xorb"`) {
-			continue
+	scanMetrics(t, o.admin, func(line string) {
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, `kind="xorb"`) {
+			return
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err != nil {
 			t.Fatalf("metrics line %q: %v", line, err)
 		}
 		total += v
-		found = true
+	})
+	return int64(total)
+}
+
+// requests reads the origin's request counter, summed over status codes, by route pattern.
+func (o *origin) requests(t *testing.T) map[string]float64 {
+	t.Helper()
+	const name = "xet_origin_http_requests_total{"
+	routeLabel := regexp.MustCompile(`route="([^"]*)"`)
+	out := make(map[string]float64)
+	scanMetrics(t, o.admin, func(line string) {
+		if !strings.HasPrefix(line, name) {
+			return
+		}
+		m := routeLabel.FindStringSubmatch(line)
+		if m == nil {
+			return
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[m[1]] += v
+	})
+	return out
+}
+
+// scanMetrics calls fn with every line of the admin listener's /metrics.
+func scanMetrics(t *testing.T, admin string, fn func(line string)) {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics: status %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fn(sc.Text())
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
-	if !found {
-		// A counter vector has no series before its first observation.
-		return 0
-	}
-	return int64(total)
 }
 
 // endpoints is where downloads go: the origin itself, or an edge.
