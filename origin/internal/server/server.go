@@ -113,7 +113,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := append(baseRules(), o.ErrorRules...)
+	rules := append(append([]httpapi.Rule(nil), o.ErrorRules...), baseRules()...)
 	s := &Server{
 		cfg:  o.Config,
 		idx:  o.Index,
