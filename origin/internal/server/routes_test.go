@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +330,26 @@ func TestEventsLongPollEndsOnDrain(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("long poll did not end on Drain")
 	}
+}
+
+// TestLocalStoreBroken breaks a real local store (its directory replaced by a file, as when a
+// disk is unmounted) and expects 503 + Retry-After, and nothing indexed.
+func TestLocalStoreBroken(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "objects")
+	idx, _ := sqliteLocal().open(t)
+	e := newEnvWith(t, idx, openLocalStore(t, dir))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := makeFixture(t, 36, 1, 3, 500)
+	resp := e.do("POST", "/v1/xorbs/default/"+f.layouts[0].Hash.String(), e.token("s", auth.Write), f.xorbs[0])
+	expect(t, resp, 503)
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	expect(t, e.do("HEAD", "/v1/xorbs/default/"+f.layouts[0].Hash.String(), e.token("s", auth.Read), nil), 404)
+	expect(t, e.do("GET", "/readyz", "", nil), 503)
 }

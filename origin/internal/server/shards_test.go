@@ -318,3 +318,17 @@ func count[T comparable](xs []T, v T) int {
 	}
 	return n
 }
+
+func TestShardUploadSlow(t *testing.T) {
+	e := newEnv(t, sqliteLocal(), withPace(1<<20, 50*time.Millisecond))
+	f := makeFixture(t, 16, 1, 4, 1000)
+	w := e.token("s", auth.Write)
+	uploadXorbs(e, f, w)
+	for _, path := range []string{"/v1/shards", "/v2/shards"} {
+		status, body := e.rawRequest("POST", path, w, int64(len(f.body)), f.body[:len(f.body)/2])
+		if !strings.HasPrefix(status, "408") || !strings.Contains(body, "too_slow") {
+			t.Fatalf("%s: %s %s", path, status, body)
+		}
+	}
+	expect(t, e.do("HEAD", "/v1/files/"+f.file.String(), e.token("s", auth.Read), nil), 404)
+}
