@@ -44,7 +44,7 @@ func (s *Server) wrap(route string, need auth.Access, fn handlerFunc) http.Handl
 		var err error
 		if need != "" {
 			var c *auth.Claims
-			if c, err = s.o.Tokens.VerifyRequest(r); err == nil && !c.Access.Covers(need) {
+			if c, err = s.tokens.VerifyRequest(r); err == nil && !c.Access.Covers(need) {
 				err = fmt.Errorf("%w: token grants %s, route needs %s", auth.ErrInsufficient, c.Access, need)
 			}
 			if err == nil {

@@ -75,6 +75,9 @@ type Options struct {
 	Permits int
 	// ParallelAt is the term count from which an answer takes extra writer permits.
 	ParallelAt int
+	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
+	// signature again (never past its expiry); 0 means DefaultTokenCacheTTL, negative disables.
+	TokenCacheTTL time.Duration
 	// PlanCacheBytes bounds the cache of whole-file plans; 0 means DefaultPlanCacheBytes,
 	// negative disables it.
 	PlanCacheBytes int64
@@ -103,6 +106,7 @@ type Server struct {
 	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
 	plans      *planCache
 	maxWriters int
+	tokens     *tokenCache
 }
 
 // New builds a Server.
@@ -119,6 +123,9 @@ func New(o Options) (*Server, error) {
 	if o.ParallelAt <= 0 {
 		o.ParallelAt = 20000
 	}
+	if o.TokenCacheTTL == 0 {
+		o.TokenCacheTTL = DefaultTokenCacheTTL
+	}
 	if o.PlanCacheBytes == 0 {
 		o.PlanCacheBytes = DefaultPlanCacheBytes
 	}
@@ -128,6 +135,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
 	s.bufs.New = func() any { return new([copyBufLen]byte) }
 	s.plans = newPlanCache(o.PlanCacheBytes)
+	s.tokens = newTokenCache(o.Tokens, o.TokenCacheTTL, tokenCacheEntries, o.Now)
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
