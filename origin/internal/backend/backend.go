@@ -59,6 +59,14 @@ func Open(ctx context.Context, c *config.Config) (_ *Backends, err error) {
 	default:
 		return nil, fmt.Errorf("index driver %q is unknown", c.Index.Driver)
 	}
+	if c.Index.LayoutCache > 0 {
+		cached, err := index.NewLayoutCache(b.Index, c.Index.LayoutCache)
+		if err != nil {
+			return nil, err
+		}
+		// The cache's Close closes the index it wraps.
+		b.Index, b.closers[len(b.closers)-1] = cached, cached.Close
+	}
 	objs, err := openObjects(ctx, c)
 	if err != nil {
 		return nil, err

@@ -65,6 +65,9 @@ type Index struct {
 	SQLitePath  string `json:"sqlite_path"` // default DataDir/index.db
 	PostgresDSN string `json:"-"`           // env XETCDN_POSTGRES_DSN
 	MaxConns    int    `json:"max_conns"`   // postgres pool size; 0 = driver default
+	// LayoutCache bounds the memory of decoded xorb layouts kept in front of the index
+	// (bytes); 0 disables the cache.
+	LayoutCache int64 `json:"layout_cache"`
 }
 
 // Objects selects the object store.
@@ -127,7 +130,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func Default() Config {
 	return Config{
 		Listen:  defaultListen,
-		Index:   Index{Driver: IndexSQLite},
+		Index:   Index{Driver: IndexSQLite, LayoutCache: 256 << 20},
 		Objects: Objects{Driver: ObjectsLocal},
 		Auth: Auth{
 			CASTokenTTL:    Duration(time.Hour),
@@ -282,6 +285,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		bad("index.driver %q is not sqlite or postgres", c.Index.Driver)
+	}
+	if c.Index.LayoutCache < 0 {
+		bad("index.layout_cache must not be negative")
 	}
 	switch c.Objects.Driver {
 	case ObjectsLocal:
