@@ -248,6 +248,10 @@ func TestHealth(t *testing.T) {
 	expect(t, e.do("GET", "/healthz", "", nil), 200)
 	expect(t, e.do("GET", "/readyz", "", nil), 200)
 	expect(t, e.do("GET", "/no/such/route", "", nil), 404)
+	// hf_xet 1.8.0 asks for an upload grant before every xorb and falls back to the direct
+	// upload only on 404; any other status (405 included) fails the upload.
+	expect(t, e.do("POST", "/v1/xorb-grants/default/"+hash.Zero.String(), e.token("s", auth.Write),
+		[]byte(`{"length":1,"checksum":{"algo":"crc64nvme","value":"1"}}`)), 404)
 	if id := e.do("GET", "/healthz", "", nil).Header.Get("X-Request-Id"); id == "" {
 		t.Fatal("no X-Request-Id")
 	}
