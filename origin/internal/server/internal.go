@@ -24,7 +24,8 @@ const maxLayoutsPerRequest = 1024
 const eventsPoll = 500 * time.Millisecond
 
 // internalFile: GET /internal/v1/files/{hash}?scope=S → the binary FileRecord
-// (recon.FileRecord.MarshalBinary) if the file is visible in S, else 404.
+// (recon.FileRecord.MarshalBinary) if the file is visible in S, else 404. HEAD answers the same
+// status without a body (visibility check).
 func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 	h, err := pathHash(r, "hash")
 	if err != nil {
@@ -37,6 +38,10 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 	rec, err := s.idx.File(r.Context(), h, scope)
 	if err != nil {
 		return err
+	}
+	if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
+		w.WriteHeader(http.StatusOK)
+		return nil
 	}
 	b, err := rec.MarshalBinary()
 	if err != nil {

@@ -127,6 +127,8 @@ func TestInternalAPI(t *testing.T) {
 				t.Fatalf("record %+v %v", rec, err)
 			}
 			expect(t, e.do("GET", "/internal/v1/files/"+f.file.String()+"?scope=models/other", edge, nil), 404)
+			expect(t, e.do("HEAD", "/internal/v1/files/"+f.file.String()+"?scope=models/i/i", edge, nil), 200)
+			expect(t, e.do("HEAD", "/internal/v1/files/"+f.file.String()+"?scope=models/other", edge, nil), 404)
 			expect(t, e.do("GET", "/internal/v1/files/"+f.file.String(), edge, nil), 400)
 
 			unknown := hash.Chunk([]byte("unknown"))
