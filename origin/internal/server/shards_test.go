@@ -117,6 +117,10 @@ func testShardUploadRejects(t *testing.T, b backend) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, path := range []string{"/v1/shards", "/v2/shards"} {
 				resp := e.do("POST", path, tc.token, tc.body)
+				early := tc.name == "garbage" || tc.name == "truncated" || tc.name == "no verification"
+				if path == "/v2/shards" && resp.StatusCode == 200 && early {
+					t.Fatal("v2 streamed for a body rejected before any work: want a plain 4xx")
+				}
 				if path == "/v2/shards" && resp.StatusCode == 200 {
 					frames := readFrames(t, resp)
 					last := frames[len(frames)-1]

@@ -116,18 +116,16 @@ func (s *Server) postShardV1(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// postShardV2: POST /v2/shards → NDJSON progress (xet-protocol.md §2.7). The body is read and
-// parsed before the stream starts, so a malformed body still gets a plain 4xx; later failures
-// are error frames. While the work runs, the last frame is re-sent every heartbeat interval.
+// postShardV2: POST /v2/shards → NDJSON progress (xet-protocol.md §2.7). The stream starts with
+// the first progress frame, which comes after the body was read and parsed, so a malformed body
+// still gets a plain 4xx; later failures are error frames. While the work runs, the last frame
+// is re-sent every heartbeat interval.
 func (s *Server) postShardV2(w http.ResponseWriter, r *http.Request) error {
 	body, release, err := s.readUpload(w, r, shard.MaxSize)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if _, err := shard.Parse(body); err != nil {
-		return err
-	}
 	st := newFrameStream(w, s.cfg.Limits.ShardHeartbeat.D())
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
