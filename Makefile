@@ -24,8 +24,8 @@ GOTESTSUM_VERSION := v1.13.0
 PKG ?= ./...
 # The race detector multiplies CPU time; on 2 cores it still fits the CI budget.
 RACE ?= -race
-# Per test binary. A package that needs longer is doing too much in one test binary.
-TEST_TIMEOUT ?= 15m
+# Per test binary. The client interop suite is the long pole (two backends, origin and edge).
+TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 FUZZTIME ?= 10s
 BENCH ?= .
