@@ -33,12 +33,11 @@ type Local struct {
 
 	mu   sync.Mutex
 	dirs map[string]bool // directories known to exist durably (bounded by the key layout)
-
-	bufs sync.Pool // *[]byte copy buffers
 }
 
 var _ ObjectStore = (*Local)(nil)
 
+// localCopyBuf bounds the copy buffer of a Put; smaller objects get a buffer of their size.
 const localCopyBuf = 1 << 20
 
 // NewLocal opens (creating if needed) the store rooted at dir.
@@ -63,9 +62,7 @@ func NewLocal(dir string) (*Local, error) {
 	if err := syncDir(filepath.Dir(root)); err != nil {
 		return nil, fmt.Errorf("objstore: sync parent of local root: %w", err)
 	}
-	l := &Local{root: root, dirs: map[string]bool{root: true}}
-	l.bufs.New = func() any { b := make([]byte, localCopyBuf); return &b }
-	return l, nil
+	return &Local{root: root, dirs: map[string]bool{root: true}}, nil
 }
 
 // Root returns the store's directory.
@@ -110,9 +107,8 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) (e
 	}()
 
 	src := newExactReader(ctx, r, size)
-	bp := l.bufs.Get().(*[]byte)
-	_, cerr := io.CopyBuffer(writerOnly{f}, src, *bp)
-	l.bufs.Put(bp)
+	buf := make([]byte, min(max(size, 512), localCopyBuf))
+	_, cerr := io.CopyBuffer(writerOnly{f}, src, buf)
 	if err := src.done(); err != nil { // the body's fault (or the caller's ctx), not the store's
 		return fmt.Errorf("put %s: %w", key, err)
 	}
