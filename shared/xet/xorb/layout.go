@@ -77,26 +77,42 @@ func (l *Layout) CheckRange(a, b uint32) error {
 // Verify recomputes the xorb hash from the chunk hashes and sizes and checks the ends are
 // consistent. A Layout that passes describes exactly the xorb named by its hash.
 func (l *Layout) Verify() error {
-	n := len(l.ChunkHashes)
-	if len(l.StoredEnds) != n || len(l.RawEnds) != n {
-		return fmt.Errorf("%w: layout of %s has %d hashes, %d stored ends, %d raw ends",
-			ErrCorrupt, l.Hash, n, len(l.StoredEnds), len(l.RawEnds))
-	}
-	if n == 0 || n > MaxChunks {
-		return fmt.Errorf("%w: layout of %s has %d chunks", ErrCorrupt, l.Hash, n)
-	}
-	leaves := make([]hash.Leaf, n)
-	var prevStored, prevRaw uint32
-	for i := 0; i < n; i++ {
-		if l.StoredEnds[i] <= prevStored+HeaderSize-1 || l.RawEnds[i] < prevRaw ||
-			l.RawEnds[i]-prevRaw > MaxChunkRaw {
-			return fmt.Errorf("%w: layout of %s: chunk %d ends are not increasing", ErrCorrupt, l.Hash, i)
-		}
-		leaves[i] = hash.Leaf{Hash: l.ChunkHashes[i], Size: uint64(l.RawEnds[i] - prevRaw)}
-		prevStored, prevRaw = l.StoredEnds[i], l.RawEnds[i]
+	leaves, err := l.checkShape(true)
+	if err != nil {
+		return err
 	}
 	if got := hash.Merkle(leaves); got != l.Hash {
 		return fmt.Errorf("%w: layout names xorb %s but its chunks hash to %s", ErrCorrupt, l.Hash, got)
 	}
 	return nil
+}
+
+// checkShape checks everything Verify checks except the merkle hash: equal slice lengths, a
+// chunk count in [1, MaxChunks], stored ends growing by at least a chunk header, raw ends not
+// decreasing and no raw chunk over MaxChunkRaw. With leaves it also returns the merkle leaves.
+func (l *Layout) checkShape(leaves bool) ([]hash.Leaf, error) {
+	n := len(l.ChunkHashes)
+	if len(l.StoredEnds) != n || len(l.RawEnds) != n {
+		return nil, fmt.Errorf("%w: layout of %s has %d hashes, %d stored ends, %d raw ends",
+			ErrCorrupt, l.Hash, n, len(l.StoredEnds), len(l.RawEnds))
+	}
+	if n == 0 || n > MaxChunks {
+		return nil, fmt.Errorf("%w: layout of %s has %d chunks", ErrCorrupt, l.Hash, n)
+	}
+	var out []hash.Leaf
+	if leaves {
+		out = make([]hash.Leaf, n)
+	}
+	var prevStored, prevRaw uint32
+	for i := 0; i < n; i++ {
+		if l.StoredEnds[i] <= prevStored+HeaderSize-1 || l.RawEnds[i] < prevRaw ||
+			l.RawEnds[i]-prevRaw > MaxChunkRaw {
+			return nil, fmt.Errorf("%w: layout of %s: chunk %d ends are not increasing", ErrCorrupt, l.Hash, i)
+		}
+		if leaves {
+			out[i] = hash.Leaf{Hash: l.ChunkHashes[i], Size: uint64(l.RawEnds[i] - prevRaw)}
+		}
+		prevStored, prevRaw = l.StoredEnds[i], l.RawEnds[i]
+	}
+	return out, nil
 }
