@@ -14,16 +14,19 @@ import (
 
 // LayoutCache is an Index decorator that keeps decoded xorb layouts in memory.
 //
-// Layouts are immutable (content-addressed), so a cached layout is never stale. Decoding one
-// costs far more than reading it: xorb.UnmarshalLayout recomputes the merkle hash of up to 8,192
-// chunks (milliseconds of CPU), while shard validation and ranged reconstructions ask for the
-// same few layouts again and again, and a shard usually names xorbs that were just put. PutXorb
-// therefore fills the cache too. Every other method goes to the wrapped Index unchanged.
+// Layouts are immutable (content-addressed), so a cached layout is never stale. A database read
+// and decode of a full layout (328 KB for 8,192 chunks) costs milliseconds, while shard
+// validation and ranged reconstructions ask for the same few layouts again and again, and a
+// shard usually names xorbs that were just put. PutXorb therefore fills the cache too (and waits
+// for the write to be visible). Every other method goes to the wrapped Index unchanged.
 //
 // The layouts Layouts returns are shared between callers: treat them as immutable, as
-// xorb.Layout asks. For the undecoded encodings (Raw), keep using the wrapped implementation.
+// xorb.Layout asks. LayoutCache implements Raw too: LayoutBytes encodes cached layouts (a copy,
+// far cheaper than a database read) and reads the others undecoded from the wrapped index's Raw
+// view (RawOf), without caching them; FileBytes goes to that view unchanged.
 type LayoutCache struct {
 	Index
+	raw  Raw
 	c    *ristretto.Cache[string, *xorb.Layout]
 	once sync.Once
 	err  error
@@ -48,7 +51,7 @@ func NewLayoutCache(ix Index, maxBytes int64) (*LayoutCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: layout cache: %w", err)
 	}
-	return &LayoutCache{Index: ix, c: c}, nil
+	return &LayoutCache{Index: ix, raw: RawOf(ix), c: c}, nil
 }
 
 // layoutCost approximates the memory of a decoded layout.
@@ -101,6 +104,44 @@ func (c *LayoutCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Has
 	}
 	return out, nil
 }
+
+// LayoutBytes implements Raw: the encodings of the cached layouts, and those of the others as
+// the wrapped index stores them (not decoded, not cached).
+func (c *LayoutCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
+	hit := make(map[hash.Hash]*xorb.Layout, len(hs))
+	var miss []hash.Hash
+	for _, h := range hs {
+		if l, ok := c.get(h); ok {
+			hit[h] = l
+		} else {
+			miss = append(miss, h)
+		}
+	}
+	out, err := encodeLayouts(hit)
+	if err != nil {
+		return nil, err
+	}
+	if miss = SortedUnique(miss); len(miss) == 0 {
+		return out, nil
+	}
+	got, err := c.raw.LayoutBytes(ctx, miss)
+	if err != nil {
+		return nil, err
+	}
+	for h, b := range got {
+		out[h] = b
+	}
+	return out, nil
+}
+
+// FileBytes implements Raw through the wrapped index's Raw view.
+func (c *LayoutCache) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
+	return c.raw.FileBytes(ctx, h, scope)
+}
+
+// Wait blocks until the layouts cached so far are visible to Layouts (ristretto applies
+// writes asynchronously; PutXorb already waits). For tests and benchmarks.
+func (c *LayoutCache) Wait() { c.c.Wait() }
 
 // Close closes the cache and the wrapped Index. It is idempotent.
 func (c *LayoutCache) Close() error {

@@ -1,6 +1,7 @@
 package index_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -55,12 +56,35 @@ func TestLayoutCache(t *testing.T) {
 		if round == 0 && inner.asked.Load() != 2 {
 			t.Fatalf("first Layouts asked the index for %d hashes, want 2 (not the one just put)", inner.asked.Load())
 		}
+		// Cache writes are applied asynchronously; Wait makes them visible (ristretto's
+		// contract), so from round 1 on only the missing xorb reaches the index.
+		c.Wait()
 	}
-	// Cache admission is asynchronous and probabilistic, so allow a few misses; what matters is
-	// that repeated lookups of cached layouts stop reaching the index, while the missing xorb
-	// is asked every time.
-	if got := inner.asked.Load(); got > 50+10 {
-		t.Errorf("50 rounds asked the index for %d hashes; the cache does not hold layouts", got)
+	if got, want := inner.asked.Load(), int64(2+49); got != want {
+		t.Errorf("50 rounds asked the index for %d hashes, want %d (the missing xorb each round)", got, want)
+	}
+
+	// LayoutBytes answers cached and uncached layouts with the stored encodings.
+	other := g.Layout(7)
+	if _, err := db.PutXorb(t.Context(), other, 1); err != nil {
+		t.Fatal(err)
+	}
+	ask = append(ask, other.Hash)
+	got, err := c.LayoutBytes(t.Context(), ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := db.LayoutBytes(t.Context(), ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || len(want) != 3 {
+		t.Fatalf("LayoutBytes found %d layouts, the database %d; want 3", len(got), len(want))
+	}
+	for h, b := range want {
+		if !bytes.Equal(got[h], b) {
+			t.Errorf("LayoutBytes of %s differs from the stored encoding", h)
+		}
 	}
 	if _, err := index.NewLayoutCache(db, 0); !errors.Is(err, index.ErrInvalid) {
 		t.Errorf("NewLayoutCache(0): %v, want ErrInvalid", err)

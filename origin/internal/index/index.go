@@ -2,7 +2,8 @@
 // visibility, shard registrations, the global-dedup table and the log of visibility revocations
 // that edges follow. Two implementations satisfy Index and pass one conformance suite
 // (index/indextest): index/postgres for production and index/sqlite for the embedded single node.
-// LayoutCache is a decorator that keeps decoded xorb layouts in memory; wrap either with it.
+// LayoutCache and FileCache are decorators that keep decoded xorb layouts and file records in
+// memory; the origin wraps either implementation with both.
 //
 // # Schema
 //
@@ -144,11 +145,13 @@ func DecodeFile(h hash.Hash, b []byte) (*recon.FileRecord, error) {
 	return rec, nil
 }
 
-// DecodeLayouts decodes stored layouts, checking that each describes the xorb it is keyed by.
+// DecodeLayouts decodes stored layouts, checking that each is keyed by the xorb it names. The
+// index records a layout only after its xorb passed validation, so the merkle hash is not
+// recomputed (xorb.UnmarshalLayoutTrusted); every structural check still applies.
 func DecodeLayouts(m map[hash.Hash][]byte) (map[hash.Hash]*xorb.Layout, error) {
 	out := make(map[hash.Hash]*xorb.Layout, len(m))
 	for h, b := range m {
-		l, err := xorb.UnmarshalLayout(b)
+		l, err := xorb.UnmarshalLayoutTrusted(b)
 		if err != nil {
 			return nil, fmt.Errorf("index: stored layout of %s: %w", h, err)
 		}
