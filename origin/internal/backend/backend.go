@@ -60,12 +60,20 @@ func Open(ctx context.Context, c *config.Config) (_ *Backends, err error) {
 		return nil, fmt.Errorf("index driver %q is unknown", c.Index.Driver)
 	}
 	if c.Index.LayoutCache > 0 {
-		cached, err := index.NewLayoutCache(b.Index, c.Index.LayoutCache)
+		// index.layout_cache sizes both in-memory caches: decoded layouts, and decoded file
+		// records with recent positive visibility answers (index.DefaultVisibilityTTL bounds
+		// how late a Hide made outside this process is seen). Each cache's Close closes the
+		// index it wraps.
+		layouts, err := index.NewLayoutCache(b.Index, c.Index.LayoutCache)
 		if err != nil {
 			return nil, err
 		}
-		// The cache's Close closes the index it wraps.
-		b.Index, b.closers[len(b.closers)-1] = cached, cached.Close
+		b.Index, b.closers[len(b.closers)-1] = layouts, layouts.Close
+		files, err := index.NewFileCache(b.Index, index.FileCacheOptions{MaxBytes: c.Index.LayoutCache})
+		if err != nil {
+			return nil, err
+		}
+		b.Index, b.closers[len(b.closers)-1] = files, files.Close
 	}
 	objs, err := openObjects(ctx, c)
 	if err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -25,7 +27,9 @@ const eventsPoll = 500 * time.Millisecond
 
 // internalFile: GET /internal/v1/files/{hash}?scope=S → the binary FileRecord
 // (recon.FileRecord.MarshalBinary) if the file is visible in S, else 404. HEAD answers the same
-// status without a body (visibility check).
+// status without a body (visibility check, answered by the index's record cache when warm). GET
+// ships the stored encoding as the index holds it (index.Raw, visibility checked in the same
+// lookup) instead of decoding and re-encoding the record.
 func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 	h, err := pathHash(r, "hash")
 	if err != nil {
@@ -35,15 +39,24 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 	if scope == "" {
 		return fmt.Errorf("%w: scope parameter is required", httpapi.ErrBadRequest)
 	}
-	rec, err := s.idx.File(r.Context(), h, scope)
-	if err != nil {
-		return err
+	ctx := r.Context()
+	raw, isRaw := s.idx.(index.Raw)
+	if r.Method == http.MethodHead || !isRaw {
+		rec, err := s.idx.File(ctx, h, scope)
+		if err != nil {
+			return err
+		}
+		if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}
+		b, err := rec.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		return writeBinary(w, b)
 	}
-	if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
-		w.WriteHeader(http.StatusOK)
-		return nil
-	}
-	b, err := rec.MarshalBinary()
+	b, err := raw.FileBytes(ctx, h, scope)
 	if err != nil {
 		return err
 	}
@@ -52,7 +65,8 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 
 // internalLayouts: GET /internal/v1/layouts?h=H&h=H… → u32 count, then per found xorb:
 // 32 raw hash bytes, u32 length, xorb.Layout.MarshalBinary bytes (little-endian). Missing
-// xorbs are left out.
+// xorbs are left out. The encodings come from index.Raw when the index offers it (stored bytes,
+// or cached layouts encoded), so no layout is decoded for this route.
 func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 	hs := r.URL.Query()["h"]
 	if len(hs) == 0 || len(hs) > maxLayoutsPerRequest {
@@ -65,26 +79,46 @@ func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	got, err := s.idx.Layouts(r.Context(), want)
+	got, err := s.layoutBytes(r.Context(), want)
 	if err != nil {
 		return err
 	}
-	out := binary.LittleEndian.AppendUint32(nil, uint32(len(got)))
+	size := 4
+	for _, b := range got {
+		size += hash.Size + 4 + len(b)
+	}
+	out := make([]byte, 0, size)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(got)))
 	for _, h := range want {
-		l, ok := got[h]
+		b, ok := got[h]
 		if !ok {
 			continue
 		}
 		delete(got, h) // duplicates in the request are answered once
-		b, err := l.MarshalBinary()
-		if err != nil {
-			return err
-		}
 		out = append(out, h[:]...)
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
 		out = append(out, b...)
 	}
 	return writeBinary(w, out)
+}
+
+// layoutBytes returns the binary layouts of the xorbs in hs that exist: from index.Raw when
+// the index implements it, else decoded layouts encoded again.
+func (s *Server) layoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
+	if raw, ok := s.idx.(index.Raw); ok {
+		return raw.LayoutBytes(ctx, hs)
+	}
+	m, err := s.idx.Layouts(ctx, hs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[hash.Hash][]byte, len(m))
+	for h, l := range m {
+		if out[h], err = l.MarshalBinary(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // internalXorb: GET /internal/v1/xorbs/{hash} with an optional single Range → raw bytes of the
