@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/zeebo/blake3"
 )
@@ -174,26 +175,53 @@ func Keyed(key Hash, msg []byte) Hash {
 	return out
 }
 
-// Chunk returns the chunk hash: blake3 keyed with DataKey over the uncompressed chunk bytes.
-func Chunk(data []byte) Hash { return Keyed(DataKey, data) }
+// KeyedHasher hashes many messages under one key, paying the key schedule and the hasher's
+// allocation once instead of per message. A KeyedHasher is not safe for concurrent use.
+type KeyedHasher struct{ h *blake3.Hasher }
 
-// Chunker hashes many chunks with one keyed hasher, avoiding a key schedule per chunk.
-// A Chunker is not safe for concurrent use.
-type Chunker struct{ h *blake3.Hasher }
-
-// NewChunker returns a Chunker ready for use.
-func NewChunker() *Chunker {
-	hs, _ := blake3.NewKeyed(DataKey[:])
-	return &Chunker{h: hs}
+// NewKeyedHasher returns a KeyedHasher for key.
+func NewKeyedHasher(key Hash) *KeyedHasher {
+	hs, _ := blake3.NewKeyed(key[:]) // cannot fail: the key has the right length
+	return &KeyedHasher{h: hs}
 }
 
-// Sum returns Chunk(data).
-func (c *Chunker) Sum(data []byte) Hash {
-	c.h.Reset()
-	_, _ = c.h.Write(data)
+// Sum returns Keyed(key, msg).
+func (k *KeyedHasher) Sum(msg []byte) Hash {
+	k.h.Reset()
+	_, _ = k.h.Write(msg)
 	var out Hash
-	c.h.Sum(out[:0])
+	k.h.Sum(out[:0])
 	return out
+}
+
+// SumHashes returns Keyed(key, concatenation of the raw hashes) without building the concatenation.
+func (k *KeyedHasher) SumHashes(hs []Hash) Hash {
+	k.h.Reset()
+	for i := range hs {
+		_, _ = k.h.Write(hs[i][:])
+	}
+	var out Hash
+	k.h.Sum(out[:0])
+	return out
+}
+
+// Chunker hashes many chunks with one keyed hasher; see KeyedHasher.
+type Chunker = KeyedHasher
+
+// NewChunker returns a KeyedHasher for DataKey.
+func NewChunker() *Chunker { return NewKeyedHasher(DataKey) }
+
+// Pools of hashers for the fixed keys, so the one-shot functions below cost no key schedule.
+var (
+	chunkPool  = sync.Pool{New: func() any { return NewKeyedHasher(DataKey) }}
+	verifyPool = sync.Pool{New: func() any { return NewKeyedHasher(VerificationKey) }}
+)
+
+// Chunk returns the chunk hash: blake3 keyed with DataKey over the uncompressed chunk bytes.
+func Chunk(data []byte) Hash {
+	k := chunkPool.Get().(*KeyedHasher)
+	defer chunkPool.Put(k)
+	return k.Sum(data)
 }
 
 // HMAC keys a chunk hash for a global-dedup answer: blake3 keyed with key over the raw hash.
@@ -217,6 +245,8 @@ func Merkle(leaves []Leaf) Hash {
 	level := make([]Leaf, len(leaves))
 	copy(level, leaves)
 	buf := make([]byte, 0, 9*(2*Size+24))
+	// One keyed hasher for every node: a fresh one per node costs a key schedule and an allocation.
+	node := NewKeyedHasher(InternalNodeKey)
 	for len(level) > 1 {
 		next := level[:0]
 		for i := 0; i < len(level); {
@@ -230,7 +260,7 @@ func Merkle(leaves []Leaf) Hash {
 				buf = append(buf, '\n')
 				parent.Size += l.Size
 			}
-			parent.Hash = Keyed(InternalNodeKey, buf)
+			parent.Hash = node.Sum(buf)
 			next = append(next, parent) // writes at or before index i: safe in place
 			i += n
 		}
@@ -268,11 +298,7 @@ func FileWithSalt(chunks []Leaf, salt Hash) Hash {
 
 // Verification returns the term verification (range) hash of the given chunk hashes, in order.
 func Verification(chunkHashes []Hash) Hash {
-	hs, _ := blake3.NewKeyed(VerificationKey[:])
-	for i := range chunkHashes {
-		_, _ = hs.Write(chunkHashes[i][:])
-	}
-	var out Hash
-	hs.Sum(out[:0])
-	return out
+	k := verifyPool.Get().(*KeyedHasher)
+	defer verifyPool.Put(k)
+	return k.SumHashes(chunkHashes)
 }

@@ -35,13 +35,17 @@ func DedupAnswer(xorbs []Xorb, key hash.Hash, created, expiry time.Time) *Shard 
 	}
 	chunks := make([]XorbChunk, n)
 	s.Xorbs = make([]Xorb, len(xorbs))
+	var keyed *hash.KeyedHasher
+	if !key.IsZero() {
+		keyed = hash.NewKeyedHasher(key)
+	}
 	for i, x := range xorbs {
 		dst := chunks[:len(x.Chunks):len(x.Chunks)]
 		chunks = chunks[len(x.Chunks):]
 		copy(dst, x.Chunks)
-		if !key.IsZero() {
+		if keyed != nil {
 			for j := range dst {
-				dst[j].Hash = hash.HMAC(key, dst[j].Hash)
+				dst[j].Hash = keyed.Sum(dst[j].Hash[:]) // = hash.HMAC(key, …)
 			}
 		}
 		x.Chunks = dst
