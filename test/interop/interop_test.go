@@ -421,6 +421,7 @@ func (c *client) run(t *testing.T, env []string, args ...string) ([]byte, error)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.argv[0], append(c.argv[1:], args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	dieWithTest(cmd)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -653,6 +654,7 @@ func startProcess(t *testing.T, name string, env []string, bin string, args ...s
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
