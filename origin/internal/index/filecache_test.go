@@ -284,3 +284,26 @@ func TestFileCacheSingleflight(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkFileCache measures File and Layouts through the origin's stack (FileCache over
+// LayoutCache over SQLite): a 100,000-term record, and 2 full layouts (trusted decode on a miss).
+func BenchmarkFileCache(b *testing.B) {
+	open := func(b *testing.B) index.Index {
+		db, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "index.db")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := index.NewLayoutCache(db, 256<<20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := index.NewFileCache(l, index.FileCacheOptions{MaxBytes: 256 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	b.Run("FileLarge", func(b *testing.B) { indextest.BenchFileLarge(b, open(b)) })
+	b.Run("Layouts2", func(b *testing.B) { indextest.BenchLayouts(b, open(b), 2) })
+}
