@@ -13,9 +13,10 @@ import (
 )
 
 // The worst-case file of the task: 1,000 xorbs x 1,024 chunks, 100,000 terms of ~10 chunks.
-// "interleaved": consecutive terms are in different xorbs, so nothing merges (100,000 fetch
-// ranges, 1,000 URLs at 100 ranges each). "merged": each xorb's terms are adjacent in the file and
-// merge into one range per xorb.
+// "interleaved": consecutive terms are in different xorbs; a xorb's terms still touch, so they
+// merge into one fetch range per xorb. "gapped": interleaved with one chunk left out between a
+// xorb's terms, so nothing merges (100,000 fetch ranges, 1,000 URLs at 100 ranges each).
+// "merged": each xorb's terms are adjacent in the file and merge into one range per xorb.
 const (
 	benchXorbs  = 1000
 	benchChunks = 1024
@@ -46,8 +47,9 @@ func BenchmarkPlanWriteV2(b *testing.B) {
 	for _, shape := range []struct {
 		name        string
 		interleaved bool
-	}{{"interleaved", true}, {"merged", false}} {
-		rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, shape.interleaved)
+		gap         uint32
+	}{{"interleaved", true, 0}, {"gapped", true, 1}, {"merged", false, 0}} {
+		rec, ls := bigRecord(b, benchXorbs, benchChunks, benchTerms, shape.interleaved, shape.gap)
 		ranges := benchRanges(rec.Size, 64)
 		for _, mode := range []struct {
 			name    string

@@ -35,8 +35,23 @@ type Answer struct {
 
 	terms      []Term  // the record's terms from the first to the last emitted one
 	head, tail Term    // terms[0] and terms[len-1] after trimming
-	fetch      []int32 // fetch[i] is the index in Xorbs of term i's xorb
+	xorb       []int32 // xorb[i] is the record's xorb number of term i (aliases the record index)
+	remap      []int32 // remap[x] is the index in Xorbs of the record's xorb number x, or -1
 }
+
+// term returns emitted term i like Term, without copying it.
+func (a *Answer) term(i int) *Term {
+	switch i {
+	case 0:
+		return &a.head
+	case len(a.terms) - 1:
+		return &a.tail
+	}
+	return &a.terms[i]
+}
+
+// fetchIndex is FetchIndex as an int32.
+func (a *Answer) fetchIndex(i int) int32 { return a.remap[a.xorb[i]] }
 
 // Len is the number of emitted terms.
 func (a *Answer) Len() int { return len(a.terms) }
@@ -54,7 +69,7 @@ func (a *Answer) Term(i int) Term {
 }
 
 // FetchIndex returns the index in Xorbs of emitted term i's xorb.
-func (a *Answer) FetchIndex(i int) int { return int(a.fetch[i]) }
+func (a *Answer) FetchIndex(i int) int { return int(a.fetchIndex(i)) }
 
 // NumRanges is the total number of merged fetch ranges over all xorbs.
 func (a *Answer) NumRanges() int {
@@ -90,9 +105,10 @@ func Plan(f *FileRecord, rng *httprange.Range, layout LayoutFunc) (*Answer, erro
 		}
 		return nil, fmt.Errorf("file %s of 0 bytes, range %s: %w", f.Hash, rng, ErrRangeNotSatisfiable)
 	}
+	ix := f.index()
 	if rng == nil {
-		a := &Answer{terms: f.Terms, head: f.Terms[0], tail: f.Terms[len(f.Terms)-1]}
-		a.merge()
+		a := &Answer{terms: f.Terms, head: f.Terms[0], tail: f.Terms[len(f.Terms)-1], xorb: ix.xorb}
+		a.merge(ix.xorbs)
 		return a, nil
 	}
 	br, err := rng.Resolve(f.Size)
@@ -101,15 +117,11 @@ func Plan(f *FileRecord, rng *httprange.Range, layout LayoutFunc) (*Answer, erro
 	}
 	start, end := br.Start, br.End+1 // half-open [start, end), start < end <= Size
 
-	// Find the first term that holds byte start and the last that holds byte end-1.
-	i, pos := 0, uint64(0)
-	for ; pos+uint64(f.Terms[i].RawBytes) <= start; i++ {
-		pos += uint64(f.Terms[i].RawBytes)
-	}
-	j, posJ := i, pos
-	for posJ+uint64(f.Terms[j].RawBytes) < end {
-		posJ += uint64(f.Terms[j].RawBytes)
-		j++
+	// The first term that holds byte start and the last that holds byte end-1.
+	i, pos, okI := ix.find(f.Terms, start, true)
+	j, posJ, okJ := ix.find(f.Terms, end, false)
+	if !okI || !okJ {
+		return nil, fmt.Errorf("%w: file %s: terms hold fewer than its %d bytes", ErrCorrupt, f.Hash, f.Size)
 	}
 
 	var l layouts
@@ -148,8 +160,8 @@ func Plan(f *FileRecord, rng *httprange.Range, layout LayoutFunc) (*Answer, erro
 	if i == j {
 		head = tail
 	}
-	a := &Answer{Offset: start - pos, terms: f.Terms[i : j+1], head: head, tail: tail}
-	a.merge()
+	a := &Answer{Offset: start - pos, terms: f.Terms[i : j+1], head: head, tail: tail, xorb: ix.xorb[i : j+1]}
+	a.merge(ix.xorbs)
 	return a, nil
 }
 
@@ -199,75 +211,123 @@ func narrow(l *xorb.Layout, t Term, a, b uint32) Term {
 	return t
 }
 
-// piece is one emitted term's fetch range, grouped by xorb while merging.
+// piece is one fetch range while an unsorted xorb's ranges are merged.
 type piece struct {
 	start, end         uint32
 	byteStart, byteEnd uint32
 }
 
-// merge fills a.fetch and a.Xorbs from the emitted terms (§9 step 5).
-func (a *Answer) merge() {
+// xorbState follows one xorb of the answer through the terms in file order. As long as no term
+// starts before the start of the xorb's last merged range ("sorted"), the merged ranges can be
+// built in one streaming pass: a term either extends the last range (overlap or adjacency) or
+// opens the next one. Only xorbs that break this get their pieces sorted.
+type xorbState struct {
+	start, end uint32 // last merged range (pass 1)
+	ranges     int32  // merged ranges so far (pass 1)
+	terms      int32  // emitted terms in this xorb
+	unsorted   bool
+	rec        int32 // the record's xorb number
+	off, w     int32 // slot range start and write cursor in the shared arrays (pass 2)
+}
+
+// merge fills a.remap and a.Xorbs from the emitted terms (§9 step 5); xorbs is the record's
+// distinct xorb table that a.xorb indexes.
+func (a *Answer) merge(xorbs []hash.Hash) {
 	n := a.Len()
-	a.fetch = make([]int32, n)
-	index := make(map[hash.Hash]int32, min(n, 4096))
-	var hashes []hash.Hash
-	var counts []int32
+	a.remap = make([]int32, len(xorbs))
+	for k := range a.remap {
+		a.remap[k] = -1
+	}
+	// Pass 1: number the xorbs in first-appearance order, count terms and merged ranges.
+	var st []xorbState
 	for i := 0; i < n; i++ {
-		h := &a.terms[i].Xorb
-		if i > 0 && *h == a.terms[i-1].Xorb {
-			a.fetch[i] = a.fetch[i-1]
-			counts[a.fetch[i]]++
+		t := a.term(i)
+		rx := a.xorb[i]
+		x := a.remap[rx]
+		if x < 0 {
+			a.remap[rx] = int32(len(st))
+			st = append(st, xorbState{start: t.Start, end: t.End, ranges: 1, terms: 1, rec: rx})
 			continue
 		}
-		x, ok := index[*h]
-		if !ok {
-			x = int32(len(hashes))
-			index[*h] = x
-			hashes = append(hashes, *h)
-			counts = append(counts, 0)
+		s := &st[x]
+		s.terms++
+		switch {
+		case t.Start < s.start:
+			s.unsorted = true
+		case t.Start <= s.end:
+			s.end = max(s.end, t.End)
+		default:
+			s.ranges++
+			s.start, s.end = t.Start, t.End
 		}
-		a.fetch[i] = x
-		counts[x]++
 	}
-	// Counting sort of the pieces by xorb, stable in term order.
-	offs := make([]int32, len(hashes)+1)
-	for x, c := range counts {
-		offs[x+1] = offs[x] + c
+	// Slots: exact for sorted xorbs, one per term for the others (merged after sorting).
+	total, maxUnsorted := int32(0), int32(0)
+	for x := range st {
+		s := &st[x]
+		s.off, s.w = total, total
+		if s.unsorted {
+			total += s.terms
+			maxUnsorted = max(maxUnsorted, s.terms)
+		} else {
+			total += s.ranges
+		}
 	}
-	pieces := make([]piece, n)
-	next := slices.Clone(offs[:len(hashes)])
+	chunks := make([]ChunkRange, total)
+	bytes := make([]ByteRange, total)
+	// Pass 2: write the ranges.
 	for i := 0; i < n; i++ {
-		t := a.Term(i)
-		x := a.fetch[i]
-		pieces[next[x]] = piece{t.Start, t.End, t.ByteStart, t.ByteEnd}
-		next[x]++
-	}
-	// Merge each xorb's pieces in place; the merged ranges go to shared backing arrays.
-	chunks := make([]ChunkRange, 0, n)
-	bytes := make([]ByteRange, 0, n)
-	a.Xorbs = make([]XorbFetch, len(hashes))
-	for x := range hashes {
-		group := pieces[offs[x]:offs[x+1]]
-		if !slices.IsSortedFunc(group, cmpPiece) {
-			slices.SortFunc(group, cmpPiece)
-		}
-		first := len(chunks)
-		cur := group[0]
-		for _, p := range group[1:] {
-			if p.start <= cur.end {
-				if p.end > cur.end {
-					cur.end, cur.byteEnd = p.end, p.byteEnd
+		t := a.term(i)
+		s := &st[a.remap[a.xorb[i]]]
+		if !s.unsorted && s.w > s.off {
+			if last := &chunks[s.w-1]; t.Start <= last.End {
+				if t.End > last.End {
+					last.End = t.End
+					bytes[s.w-1].End = uint64(t.ByteEnd) - 1
 				}
 				continue
 			}
-			chunks = append(chunks, ChunkRange{cur.start, cur.end})
-			bytes = append(bytes, ByteRange{Start: uint64(cur.byteStart), End: uint64(cur.byteEnd) - 1})
-			cur = p
 		}
-		chunks = append(chunks, ChunkRange{cur.start, cur.end})
-		bytes = append(bytes, ByteRange{Start: uint64(cur.byteStart), End: uint64(cur.byteEnd) - 1})
-		a.Xorbs[x] = XorbFetch{Hash: hashes[x], Chunks: chunks[first:len(chunks):len(chunks)], Bytes: bytes[first:len(bytes):len(bytes)]}
+		chunks[s.w] = ChunkRange{t.Start, t.End}
+		bytes[s.w] = ByteRange{Start: uint64(t.ByteStart), End: uint64(t.ByteEnd) - 1}
+		s.w++
 	}
+	var pieces []piece
+	if maxUnsorted > 0 {
+		pieces = make([]piece, 0, maxUnsorted)
+	}
+	a.Xorbs = make([]XorbFetch, len(st))
+	for x := range st {
+		s := &st[x]
+		if s.unsorted {
+			s.w = s.off + mergeSorted(pieces[:0], chunks[s.off:s.w], bytes[s.off:s.w])
+		}
+		a.Xorbs[x] = XorbFetch{Hash: xorbs[s.rec], Chunks: chunks[s.off:s.w:s.w], Bytes: bytes[s.off:s.w:s.w]}
+	}
+}
+
+// mergeSorted sorts the ranges in chunks and bytes (parallel, one per term) by chunk start,
+// merges overlapping or adjacent ones in place and returns how many remain. scratch is reused.
+func mergeSorted(scratch []piece, chunks []ChunkRange, bytes []ByteRange) int32 {
+	for k := range chunks {
+		scratch = append(scratch, piece{chunks[k].Start, chunks[k].End, uint32(bytes[k].Start), uint32(bytes[k].End + 1)})
+	}
+	slices.SortFunc(scratch, cmpPiece)
+	w := 0
+	cur := scratch[0]
+	for _, p := range scratch[1:] {
+		if p.start <= cur.end {
+			if p.end > cur.end {
+				cur.end, cur.byteEnd = p.end, p.byteEnd
+			}
+			continue
+		}
+		chunks[w], bytes[w] = ChunkRange{cur.start, cur.end}, ByteRange{Start: uint64(cur.byteStart), End: uint64(cur.byteEnd) - 1}
+		w++
+		cur = p
+	}
+	chunks[w], bytes[w] = ChunkRange{cur.start, cur.end}, ByteRange{Start: uint64(cur.byteStart), End: uint64(cur.byteEnd) - 1}
+	return int32(w + 1)
 }
 
 func cmpPiece(p, q piece) int {

@@ -11,9 +11,11 @@
 package recon
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -49,11 +51,17 @@ type Term struct {
 // FileRecord is everything needed to answer reconstructions of one file. Size is the sum of the
 // terms' RawBytes; SHA256 (shard byte order, see hash.FromSHA256) may be nil. A FileRecord is
 // immutable once built; share it freely.
+//
+// Records from NewFileRecord and UnmarshalFileRecord carry a precomputed term index (distinct
+// xorbs as small integers, sampled file offsets; about 4 bytes per term) that makes Plan cheaper.
+// A record assembled as a literal works the same, but Plan derives that index on every call.
 type FileRecord struct {
 	Hash   hash.Hash
 	Size   uint64
 	SHA256 *hash.Hash
 	Terms  []Term
+
+	ix *termIndex // nil, or the index of Terms (checked against Terms before use)
 }
 
 // NewFileRecord derives the record of a parsed shard file from the layouts of the xorbs it
@@ -81,6 +89,7 @@ func NewFileRecord(file shard.File, layouts map[hash.Hash]*xorb.Layout) (*FileRe
 		rec.Terms[i] = Term{Xorb: t.Xorb, Start: t.Start, End: t.End, RawBytes: t.RawBytes, ByteStart: bs, ByteEnd: be}
 		rec.Size += uint64(t.RawBytes)
 	}
+	rec.ix = indexTerms(rec.Terms)
 	return rec, nil
 }
 
@@ -128,14 +137,8 @@ func (f *FileRecord) MarshalBinary() ([]byte, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	idx := make(map[hash.Hash]uint64, 16)
-	var xorbs []hash.Hash
-	for i := range f.Terms {
-		if _, ok := idx[f.Terms[i].Xorb]; !ok {
-			idx[f.Terms[i].Xorb] = uint64(len(xorbs))
-			xorbs = append(xorbs, f.Terms[i].Xorb)
-		}
-	}
+	ix := f.index()
+	xorbs := ix.xorbs
 	out := make([]byte, 0, 2+2*hash.Size+3*binary.MaxVarintLen64+hash.Size*len(xorbs)+12*len(f.Terms))
 	var flags byte
 	if f.SHA256 != nil {
@@ -154,7 +157,7 @@ func (f *FileRecord) MarshalBinary() ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(f.Terms)))
 	for i := range f.Terms {
 		t := &f.Terms[i]
-		out = binary.AppendUvarint(out, idx[t.Xorb])
+		out = binary.AppendUvarint(out, uint64(ix.xorb[i]))
 		out = binary.AppendUvarint(out, uint64(t.Start))
 		out = binary.AppendUvarint(out, uint64(t.End-t.Start))
 		out = binary.AppendUvarint(out, uint64(t.RawBytes))
@@ -202,6 +205,17 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 		return nil, fmt.Errorf("%w: %d xorbs for %d terms", ErrCorrupt, nx, nt)
 	}
 	f.Terms = make([]Term, nt)
+	// The table is normally in first-use order without duplicates (MarshalBinary writes it so);
+	// canon maps any table to that canonical order so the term index groups by distinct hash.
+	ix := &termIndex{xorb: make([]int32, nt), xorbs: make([]hash.Hash, 0, nx)}
+	canon := make([]int32, nx)
+	for k := range canon {
+		canon[k] = -1
+	}
+	var byHash map[hash.Hash]int32 // only for tables that repeat a hash
+	if nx > 1 && !distinct(xorbs) {
+		byHash = make(map[hash.Hash]int32, nx)
+	}
 	buf := d.buf
 	for i := range f.Terms {
 		var v [6]uint64
@@ -225,6 +239,22 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 		}
 		f.Terms[i] = Term{Xorb: xorbs[v[0]], Start: uint32(v[1]), End: uint32(end), RawBytes: uint32(v[3]),
 			ByteStart: uint32(v[4]), ByteEnd: uint32(byteEnd)}
+		c := canon[v[0]]
+		if c < 0 {
+			c = int32(len(ix.xorbs))
+			if byHash != nil {
+				if prev, ok := byHash[xorbs[v[0]]]; ok {
+					c = prev
+				} else {
+					byHash[xorbs[v[0]]] = c
+				}
+			}
+			if c == int32(len(ix.xorbs)) {
+				ix.xorbs = append(ix.xorbs, xorbs[v[0]])
+			}
+			canon[v[0]] = c
+		}
+		ix.xorb[i] = c
 	}
 	d.buf = buf
 	if len(d.buf) != 0 {
@@ -233,7 +263,21 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	ix.sample(f.Terms)
+	f.ix = ix
 	return f, nil
+}
+
+// distinct reports whether hs holds no hash twice.
+func distinct(hs []hash.Hash) bool {
+	sorted := slices.Clone(hs)
+	slices.SortFunc(sorted, func(a, b hash.Hash) int { return bytes.Compare(a[:], b[:]) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // check verifies the record invariants listed on UnmarshalFileRecord.

@@ -220,7 +220,7 @@ func (j *job) appendTerms(b []byte, from, to int) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		x := int(a.fetch[i])
+		x := int(a.fetchIndex(i))
 		b = append(b, `{"hash":"`...)
 		b = append(b, j.hexes[64*x:64*x+64]...)
 		b = append(b, `","unpacked_length":`...)

@@ -220,6 +220,14 @@ func TestWriteGolden(t *testing.T) {
 // each xorb's terms are adjacent in the file and merge into one range.
 func bigAnswer(tb testing.TB, nXorbs, chunksPer, nTerms int, interleaved bool) (*FileRecord, *layoutSet) {
 	tb.Helper()
+	return bigRecord(tb, nXorbs, chunksPer, nTerms, interleaved, 0)
+}
+
+// bigRecord is bigAnswer with the last gap chunks of every term's slot left out, so that no two
+// terms of a xorb touch and nothing merges when gap > 0. The record goes through
+// MarshalBinary and UnmarshalFileRecord, as records do in the index and the edge cache.
+func bigRecord(tb testing.TB, nXorbs, chunksPer, nTerms int, interleaved bool, gap uint32) (*FileRecord, *layoutSet) {
+	tb.Helper()
 	r := rand.New(rand.NewPCG(uint64(nXorbs), uint64(nTerms)))
 	ls := &layoutSet{m: map[hash.Hash]*xorb.Layout{}}
 	var xs []*xorb.Layout
@@ -242,11 +250,18 @@ func bigAnswer(tb testing.TB, nXorbs, chunksPer, nTerms int, interleaved bool) (
 			x, k = i/perXorb, i%perXorb
 		}
 		l := xs[x]
-		a, b := uint32(k)*step, uint32(k+1)*step
+		a, b := uint32(k)*step, uint32(k+1)*step-gap
 		t := Term{Xorb: l.Hash, Start: a, End: b, RawBytes: l.RawRange(a, b)}
 		t.ByteStart, t.ByteEnd = l.ByteRange(a, b)
 		rec.Terms = append(rec.Terms, t)
 		rec.Size += uint64(t.RawBytes)
+	}
+	data, err := rec.MarshalBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if rec, err = UnmarshalFileRecord(data); err != nil {
+		tb.Fatal(err)
 	}
 	return rec, ls
 }
