@@ -2,7 +2,6 @@ package recon
 
 import (
 	"io"
-	"strconv"
 	"sync"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -66,7 +65,22 @@ type job struct {
 	s         Signer
 	v2        bool
 	maxRanges int
-	hexes     []byte // 64 bytes of string form per element of a.Xorbs
+	// prefixes holds, per element of a.Xorbs, the start of a term with that xorb:
+	// {"hash":"<64 hex digits>","unpacked_length": (termPrefixLen bytes; hex at hexAt).
+	prefixes []byte
+}
+
+const (
+	termPrefixHead = `{"hash":"`
+	termPrefixTail = `","unpacked_length":`
+	hexAt          = len(termPrefixHead)
+	termPrefixLen  = hexAt + 2*hash.Size + len(termPrefixTail)
+)
+
+// prefix is the term prefix of a.Xorbs[x]; hex is the string form of its hash.
+func (j *job) prefix(x int) []byte { return j.prefixes[termPrefixLen*x : termPrefixLen*(x+1)] }
+func (j *job) hex(x int) []byte {
+	return j.prefixes[termPrefixLen*x+hexAt : termPrefixLen*x+hexAt+2*hash.Size]
 }
 
 func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
@@ -74,9 +88,11 @@ func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
 	if j.maxRanges <= 0 {
 		j.maxRanges = DefaultMaxRanges
 	}
-	j.hexes = make([]byte, 0, 2*hash.Size*len(a.Xorbs))
+	j.prefixes = make([]byte, 0, termPrefixLen*len(a.Xorbs))
 	for i := range a.Xorbs {
-		j.hexes = a.Xorbs[i].Hash.AppendString(j.hexes)
+		j.prefixes = append(j.prefixes, termPrefixHead...)
+		j.prefixes = a.Xorbs[i].Hash.AppendString(j.prefixes)
+		j.prefixes = append(j.prefixes, termPrefixTail...)
 	}
 	if e.Workers > 1 && a.Len() > 1 {
 		return j.writeParallel(w, e.Workers)
@@ -195,7 +211,7 @@ func (j *job) xorbCuts(k int) []int {
 
 func (j *job) appendHead(b []byte) []byte {
 	b = append(b, `{"offset_into_first_range":`...)
-	b = strconv.AppendUint(b, j.a.Offset, 10)
+	b = appendUint(b, j.a.Offset)
 	return append(b, `,"terms":[`...)
 }
 
@@ -210,25 +226,16 @@ func (j *job) appendMid(b []byte) []byte {
 func (j *job) appendTerms(b []byte, from, to int) []byte {
 	a := j.a
 	for i := from; i < to; i++ {
-		t := &a.terms[i]
-		switch i {
-		case 0:
-			t = &a.head
-		case len(a.terms) - 1:
-			t = &a.tail
-		}
+		t := a.term(i)
 		if i > 0 {
 			b = append(b, ',')
 		}
-		x := int(a.fetchIndex(i))
-		b = append(b, `{"hash":"`...)
-		b = append(b, j.hexes[64*x:64*x+64]...)
-		b = append(b, `","unpacked_length":`...)
-		b = strconv.AppendUint(b, uint64(t.RawBytes), 10)
+		b = append(b, j.prefix(int(a.fetchIndex(i)))...)
+		b = appendUint(b, uint64(t.RawBytes))
 		b = append(b, `,"range":{"start":`...)
-		b = strconv.AppendUint(b, uint64(t.Start), 10)
+		b = appendUint(b, uint64(t.Start))
 		b = append(b, `,"end":`...)
-		b = strconv.AppendUint(b, uint64(t.End), 10)
+		b = appendUint(b, uint64(t.End))
 		b = append(b, "}}"...)
 	}
 	return b
@@ -243,7 +250,7 @@ func (j *job) appendXorbs(b []byte, from, to int) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, '"')
-		b = append(b, j.hexes[64*x:64*x+64]...)
+		b = append(b, j.hex(x)...)
 		b = append(b, `":[`...)
 		if j.v2 {
 			b = j.appendEntriesV2(b, xf)
@@ -269,13 +276,13 @@ func (j *job) appendEntriesV2(b []byte, xf *XorbFetch) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"chunks":{"start":`...)
-			b = strconv.AppendUint(b, uint64(xf.Chunks[r].Start), 10)
+			b = appendUint(b, uint64(xf.Chunks[r].Start))
 			b = append(b, `,"end":`...)
-			b = strconv.AppendUint(b, uint64(xf.Chunks[r].End), 10)
+			b = appendUint(b, uint64(xf.Chunks[r].End))
 			b = append(b, `},"bytes":{"start":`...)
-			b = strconv.AppendUint(b, xf.Bytes[r].Start, 10)
+			b = appendUint(b, xf.Bytes[r].Start)
 			b = append(b, `,"end":`...)
-			b = strconv.AppendUint(b, xf.Bytes[r].End, 10)
+			b = appendUint(b, xf.Bytes[r].End)
 			b = append(b, "}}"...)
 		}
 		b = append(b, "]}"...)
@@ -289,15 +296,15 @@ func (j *job) appendEntriesV1(b []byte, xf *XorbFetch) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"range":{"start":`...)
-		b = strconv.AppendUint(b, uint64(xf.Chunks[r].Start), 10)
+		b = appendUint(b, uint64(xf.Chunks[r].Start))
 		b = append(b, `,"end":`...)
-		b = strconv.AppendUint(b, uint64(xf.Chunks[r].End), 10)
+		b = appendUint(b, uint64(xf.Chunks[r].End))
 		b = append(b, `},"url":"`...)
 		b = j.appendURL(b, xf.Hash, xf.Bytes[r:r+1])
 		b = append(b, `","url_range":{"start":`...)
-		b = strconv.AppendUint(b, xf.Bytes[r].Start, 10)
+		b = appendUint(b, xf.Bytes[r].Start)
 		b = append(b, `,"end":`...)
-		b = strconv.AppendUint(b, xf.Bytes[r].End, 10)
+		b = appendUint(b, xf.Bytes[r].End)
 		b = append(b, "}}"...)
 	}
 	return b
@@ -308,10 +315,8 @@ func (j *job) appendEntriesV1(b []byte, xf *XorbFetch) []byte {
 func (j *job) appendURL(b []byte, h hash.Hash, ranges []ByteRange) []byte {
 	n := len(b)
 	b = j.s.AppendURL(b, h, ranges)
-	for i := n; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return appendEscaped(b[:n], string(b[n:]))
-		}
+	if needsEscape(b[n:]) {
+		return appendEscaped(b[:n], string(b[n:]))
 	}
 	return b
 }
