@@ -184,10 +184,6 @@ func newHTTPClient(opts Options) (*http.Client, func() error) {
 	if opts.InsecureSkipVerify {
 		tlsConf = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for explicitly
 	}
-	if opts.Protocol == HTTP3 {
-		t := &http3.Transport{TLSClientConfig: tlsConf, DisableCompression: true}
-		return &http.Client{Transport: t}, t.Close
-	}
 	d := &net.Dialer{Timeout: 60 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -205,7 +201,27 @@ func newHTTPClient(opts Options) (*http.Client, func() error) {
 	} else {
 		t.Protocols.SetHTTP1(true)
 	}
+	if opts.Protocol == HTTP3 {
+		h3 := &http3.Transport{TLSClientConfig: tlsConf, DisableCompression: true}
+		rt := h3OrPlain{h3: h3, plain: t}
+		return &http.Client{Transport: rt}, func() error { t.CloseIdleConnections(); return h3.Close() }
+	}
 	return &http.Client{Transport: t}, func() error { t.CloseIdleConnections(); return nil }
+}
+
+// h3OrPlain sends https requests over HTTP/3 and plain http ones over HTTP/1.1: QUIC needs TLS,
+// and a server may hand out plain-HTTP transfer URLs (an edge behind a TLS-terminating load
+// balancer, or its plain listener) even when the CAS endpoint speaks HTTP/3.
+type h3OrPlain struct {
+	h3    http.RoundTripper
+	plain http.RoundTripper
+}
+
+func (t h3OrPlain) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme == "https" {
+		return t.h3.RoundTrip(r)
+	}
+	return t.plain.RoundTrip(r)
 }
 
 // newSessionID returns a UUID version 7 (time-ordered), the form hf_xet sends.
