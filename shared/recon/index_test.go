@@ -14,7 +14,7 @@ import (
 // marshalScrambled encodes f like MarshalBinary but with a non-canonical xorb table: every
 // distinct xorb in reverse first-use order, then copies of them and one hash no term uses as far
 // as the term count allows; terms name any copy at random. UnmarshalFileRecord accepts such tables and must plan them like canonical ones.
-func marshalScrambled(t *testing.T, f *FileRecord, r *rand.Rand) []byte {
+func marshalScrambled(t testing.TB, f *FileRecord, r *rand.Rand) []byte {
 	t.Helper()
 	canonical, err := f.MarshalBinary()
 	if err != nil {

@@ -11,11 +11,9 @@
 package recon
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -207,22 +205,36 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 	f.Terms = make([]Term, nt)
 	// The table is normally in first-use order without duplicates (MarshalBinary writes it so);
 	// canon maps any table to that canonical order so the term index groups by distinct hash.
-	ix := &termIndex{xorb: make([]int32, nt), xorbs: make([]hash.Hash, 0, nx)}
+	// byHash is consulted once per table entry, on its first use.
+	ix := &termIndex{xorb: make([]int32, nt), xorbs: make([]hash.Hash, 0, nx), ends: make([]uint64, 0, (nt+blockTerms-1)/blockTerms)}
+	if nt > 0 {
+		ix.first = &f.Terms[0]
+	}
 	canon := make([]int32, nx)
 	for k := range canon {
 		canon[k] = -1
 	}
-	var byHash map[hash.Hash]int32 // only for tables that repeat a hash
-	if nx > 1 && !distinct(xorbs) {
-		byHash = make(map[hash.Hash]int32, nx)
-	}
+	byHash := make(map[hash.Hash]int32, nx)
+	var pos uint64 // file offset after term i; cannot overflow: nt*(2^32-1) < 2^64
 	buf := d.buf
 	for i := range f.Terms {
 		var v [6]uint64
 		for k := range v {
-			if len(buf) > 0 && buf[0] < 0x80 { // one-byte varint: the common case for small values
-				v[k], buf = uint64(buf[0]), buf[1:]
-				continue
+			// Fast paths for one- to three-byte varints (chunk indices, sizes and offsets of a
+			// xorb up to 2 MiB), the same values binary.Uvarint gives.
+			if len(buf) >= 3 {
+				b0, b1, b2 := uint64(buf[0]), uint64(buf[1]), uint64(buf[2])
+				switch {
+				case b0 < 0x80:
+					v[k], buf = b0, buf[1:]
+					continue
+				case b1 < 0x80:
+					v[k], buf = b0&0x7f|b1<<7, buf[2:]
+					continue
+				case b2 < 0x80:
+					v[k], buf = b0&0x7f|(b1&0x7f)<<7|b2<<14, buf[3:]
+					continue
+				}
 			}
 			x, n := binary.Uvarint(buf)
 			if n <= 0 || x > 1<<32-1 {
@@ -241,20 +253,19 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 			ByteStart: uint32(v[4]), ByteEnd: uint32(byteEnd)}
 		c := canon[v[0]]
 		if c < 0 {
-			c = int32(len(ix.xorbs))
-			if byHash != nil {
-				if prev, ok := byHash[xorbs[v[0]]]; ok {
-					c = prev
-				} else {
-					byHash[xorbs[v[0]]] = c
-				}
-			}
-			if c == int32(len(ix.xorbs)) {
+			var ok bool
+			if c, ok = byHash[xorbs[v[0]]]; !ok {
+				c = int32(len(ix.xorbs))
+				byHash[xorbs[v[0]]] = c
 				ix.xorbs = append(ix.xorbs, xorbs[v[0]])
 			}
 			canon[v[0]] = c
 		}
 		ix.xorb[i] = c
+		pos += v[3]
+		if i%blockTerms == blockTerms-1 || i == nt-1 {
+			ix.ends = append(ix.ends, pos)
+		}
 	}
 	d.buf = buf
 	if len(d.buf) != 0 {
@@ -263,21 +274,8 @@ func UnmarshalFileRecord(data []byte) (*FileRecord, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	ix.sample(f.Terms)
 	f.ix = ix
 	return f, nil
-}
-
-// distinct reports whether hs holds no hash twice.
-func distinct(hs []hash.Hash) bool {
-	sorted := slices.Clone(hs)
-	slices.SortFunc(sorted, func(a, b hash.Hash) int { return bytes.Compare(a[:], b[:]) })
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return false
-		}
-	}
-	return true
 }
 
 // check verifies the record invariants listed on UnmarshalFileRecord.
