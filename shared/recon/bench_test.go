@@ -99,6 +99,24 @@ func BenchmarkPlan(b *testing.B) {
 	reportCPU(b, start)
 }
 
+// BenchmarkPlanRange plans the 64 random ranges of PlanWriteV2/gapped/range without writing:
+// the trimming, the search for the first and last terms, and the merge of the emitted terms.
+func BenchmarkPlanRange(b *testing.B) {
+	rec, ls := bigRecord(b, benchXorbs, benchChunks, benchTerms, true, 1)
+	ranges := benchRanges(rec.Size, 64)
+	b.SetBytes(int64(rec.Size))
+	b.ReportAllocs()
+	i := 0
+	start := cpuTime()
+	for b.Loop() {
+		if _, err := Plan(rec, &ranges[i%len(ranges)], ls.get); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportCPU(b, start)
+}
+
 func BenchmarkWriteV2(b *testing.B) {
 	rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, true)
 	a, err := Plan(rec, nil, ls.get)
