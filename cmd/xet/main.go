@@ -41,9 +41,6 @@ func commands() map[string]command {
 	}
 }
 
-// errNotImplemented is returned by subcommands that are not built yet.
-var errNotImplemented = errors.New("not implemented yet")
-
 // errUsage marks an error in the command line; run prints the usage after it.
 var errUsage = errors.New("usage")
 

@@ -8,6 +8,8 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -52,4 +54,16 @@ func RequireS3(t testing.TB) S3 {
 		AccessKey: Require(t, S3AccessKey),
 		SecretKey: Require(t, S3SecretKey),
 	}
+}
+
+// GoTool is the go command the tests build binaries with: the one on PATH, else the one under
+// $GOROOT, else plain "go" (so exec reports a clear error).
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "go"
 }

@@ -13,25 +13,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
 
 // repoRoot is the module root seen from this package's directory (go test runs tests there).
 const repoRoot = "../.."
 
-func goBinary() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+func goBinary() string { return testenv.GoTool() }
 
 // buildBinaries builds xet-origin, xet-edge and xet into one temporary directory.
 func buildBinaries(t *testing.T) (origin, edge, cli string) {

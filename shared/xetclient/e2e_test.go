@@ -13,12 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/xet/chunk"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
@@ -38,7 +38,7 @@ func startOrigin(t *testing.T) *origin {
 		t.Skip("end-to-end test builds and runs the origin binary")
 	}
 	bin := t.TempDir()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin := testenv.GoTool()
 	build := exec.Command(gobin, "build", "-o", bin, "../../cmd/xet-origin", "../../cmd/xet")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -1033,12 +1033,7 @@ func hasGoFiles(dir string) bool {
 	return len(m) > 0
 }
 
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+func goTool() string { return testenv.GoTool() }
 
 // freeAddr returns a loopback address nobody listens on right now.
 func freeAddr(t *testing.T) string {

@@ -175,7 +175,7 @@ func TestChunkReader(t *testing.T) {
 		})
 	}
 	for name, in := range map[string][]byte{
-		"truncated header":  body[:len(body)-len(body)+3],
+		"truncated header":  body[:3],
 		"truncated payload": body[:l.StoredEnds[0]-1],
 		"bad header":        append(bytes.Clone(body[:l.StoredEnds[0]]), 1, 2, 3, 4, 5, 6, 7, 8),
 	} {
