@@ -144,7 +144,7 @@ func (s *Server) internalXorb(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		status = http.StatusPartialContent
-		w.Header().Set("Content-Range", contentRange(br, size))
+		w.Header().Set("Content-Range", httprange.ContentRange(br, size))
 	}
 	rc, err := s.objs.GetRange(ctx, ingest.XorbKey(h), int64(br.Start), int64(br.Len()))
 	if err != nil {

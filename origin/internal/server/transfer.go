@@ -1,8 +1,6 @@
 package server
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,24 +69,24 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 		if hdr == "" {
 			status = http.StatusOK
 		} else {
-			h.Set("Content-Range", contentRange(want[0], size))
+			h.Set("Content-Range", httprange.ContentRange(want[0], size))
 		}
 		w.WriteHeader(status)
 		n, err := io.Copy(w, first)
 		s.m.transferBytes.Add(float64(n))
 		return err
 	}
-	boundary := newBoundary()
+	boundary := httprange.NewBoundary()
 	var total uint64
 	for i, b := range want {
-		total += uint64(len(partHeader(boundary, b, size, i == 0))) + b.Len()
+		total += uint64(len(httprange.PartHeader(boundary, b, size, i == 0))) + b.Len()
 	}
-	total += uint64(len(closing(boundary)))
+	total += uint64(len(httprange.MultipartClosing(boundary)))
 	h.Set("Content-Type", "multipart/byteranges; boundary="+boundary)
 	h.Set("Content-Length", strconv.FormatUint(total, 10))
 	w.WriteHeader(http.StatusPartialContent)
 	for i, b := range want {
-		if _, err := io.WriteString(w, partHeader(boundary, b, size, i == 0)); err != nil {
+		if _, err := io.WriteString(w, httprange.PartHeader(boundary, b, size, i == 0)); err != nil {
 			return err
 		}
 		rc := first
@@ -107,29 +105,6 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	_, err = io.WriteString(w, closing(boundary))
+	_, err = io.WriteString(w, httprange.MultipartClosing(boundary))
 	return err
-}
-
-func contentRange(b httprange.ByteRange, size uint64) string {
-	return fmt.Sprintf("bytes %d-%d/%d", b.Start, b.End, size)
-}
-
-// partHeader is the delimiter and headers before a part's bytes, framed as mime/multipart
-// writes it (and as the clients' parsers expect).
-func partHeader(boundary string, b httprange.ByteRange, size uint64, first bool) string {
-	lead := "\r\n"
-	if first {
-		lead = ""
-	}
-	return lead + "--" + boundary + "\r\nContent-Type: application/octet-stream\r\nContent-Range: " +
-		contentRange(b, size) + "\r\n\r\n"
-}
-
-func closing(boundary string) string { return "\r\n--" + boundary + "--\r\n" }
-
-func newBoundary() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
