@@ -140,6 +140,12 @@ func (e *exactReader) Read(p []byte) (int, error) {
 		p = p[:e.remain]
 	}
 	n, err := e.r.Read(p)
+	// A context cancelled while the bytes were being read must stop them here: with an unsigned
+	// payload the transport may send the last bytes and finish the upload without reading again.
+	if cerr := e.ctx.Err(); cerr != nil {
+		e.err = cerr
+		return 0, cerr
+	}
 	e.remain -= int64(n)
 	switch {
 	case e.remain == 0:
