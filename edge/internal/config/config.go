@@ -6,17 +6,16 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/xetcdn/xetcdn/shared/configfile"
 )
 
 // EnvOriginToken holds the edge's origin token when --origin-token is not given, so the secret
@@ -87,23 +86,7 @@ type Limits struct {
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
-type Duration time.Duration
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
+type Duration = configfile.Duration
 
 // Default is the configuration before the file and flags; Origin, OriginToken and DataDir
 // must still be set.
@@ -158,14 +141,8 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrInvalid, fs.Args())
 	}
 	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
+		if err := configfile.Decode(file, &c); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
 		}
 	}
 	fs.Visit(func(fl *flag.Flag) {
