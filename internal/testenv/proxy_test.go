@@ -1,0 +1,89 @@
+package testenv
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echo serves line echo on loopback until the test ends.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(c net.Conn, msg string) (string, error) {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return line, err
+}
+
+func TestProxyCutAndRestore(t *testing.T) {
+	p := NewProxy(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, "one"); err != nil || got != "one\n" {
+		t.Fatalf("before the cut: %q, %v", got, err)
+	}
+
+	p.Cut()
+	if got, err := roundTrip(c, "two"); err == nil {
+		t.Fatalf("a connection open across the cut still answers %q", got)
+	}
+	if c2, err := net.Dial("tcp", p.Addr()); err == nil {
+		c2.Close()
+		t.Fatal("a cut proxy accepts connections")
+	}
+	p.Cut() // idempotent
+
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("after restore: %v", err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, "three"); err != nil || got != "three\n" {
+		t.Fatalf("after restore: %q, %v", got, err)
+	}
+}
+
+func TestProxyTargetDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	p := NewProxy(t, dead)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, "x"); err == nil {
+		t.Fatalf("a proxy to a dead service answered %q", got)
+	}
+}
