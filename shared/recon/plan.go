@@ -34,6 +34,8 @@ type Answer struct {
 	Xorbs []XorbFetch
 
 	terms      []Term  // the record's terms from the first to the last emitted one
+	first      int     // the record's index of terms[0]
+	whole      bool    // planned without a range: every term untrimmed, offset 0
 	head, tail Term    // terms[0] and terms[len-1] after trimming
 	xorb       []int32 // xorb[i] is the record's xorb number of term i (aliases the record index)
 	remap      []int32 // remap[x] is the index in Xorbs of the record's xorb number x, or -1
@@ -101,13 +103,13 @@ type LayoutFunc func(hash.Hash) (*xorb.Layout, error)
 func Plan(f *FileRecord, rng *httprange.Range, layout LayoutFunc) (*Answer, error) {
 	if len(f.Terms) == 0 || f.Size == 0 {
 		if rng == nil || emptyOK(rng) {
-			return &Answer{}, nil
+			return &Answer{whole: rng == nil}, nil
 		}
 		return nil, fmt.Errorf("file %s of 0 bytes, range %s: %w", f.Hash, rng, ErrRangeNotSatisfiable)
 	}
 	ix := f.index()
 	if rng == nil {
-		a := &Answer{terms: f.Terms, head: f.Terms[0], tail: f.Terms[len(f.Terms)-1], xorb: ix.xorb}
+		a := &Answer{terms: f.Terms, head: f.Terms[0], tail: f.Terms[len(f.Terms)-1], xorb: ix.xorb, whole: true}
 		a.merge(ix.xorbs)
 		return a, nil
 	}
@@ -160,7 +162,7 @@ func Plan(f *FileRecord, rng *httprange.Range, layout LayoutFunc) (*Answer, erro
 	if i == j {
 		head = tail
 	}
-	a := &Answer{Offset: start - pos, terms: f.Terms[i : j+1], head: head, tail: tail, xorb: ix.xorb[i : j+1]}
+	a := &Answer{Offset: start - pos, terms: f.Terms[i : j+1], first: i, head: head, tail: tail, xorb: ix.xorb[i : j+1]}
 	a.merge(ix.xorbs)
 	return a, nil
 }

@@ -65,6 +65,8 @@ type job struct {
 	s         Signer
 	v2        bool
 	maxRanges int
+	// middle, when not nil, is the encoding of emitted terms [1, Len()-1), taken from Terms.
+	middle []byte
 	// prefixes holds, per element of a.Xorbs, the start of a term with that xorb:
 	// {"hash":"<64 hex digits>","unpacked_length": (termPrefixLen bytes; hex at hexAt).
 	prefixes []byte
@@ -83,8 +85,9 @@ func (j *job) hex(x int) []byte {
 	return j.prefixes[termPrefixLen*x+hexAt : termPrefixLen*x+hexAt+2*hash.Size]
 }
 
-func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
-	j := &job{a: a, s: s, v2: v2, maxRanges: e.MaxRanges}
+// newJob prepares the shared state of one answer's encoding.
+func newJob(a *Answer, s Signer, v2 bool, maxRanges int) *job {
+	j := &job{a: a, s: s, v2: v2, maxRanges: maxRanges}
 	if j.maxRanges <= 0 {
 		j.maxRanges = DefaultMaxRanges
 	}
@@ -94,6 +97,11 @@ func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
 		j.prefixes = a.Xorbs[i].Hash.AppendString(j.prefixes)
 		j.prefixes = append(j.prefixes, termPrefixTail...)
 	}
+	return j
+}
+
+func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
+	j := newJob(a, s, v2, e.MaxRanges)
 	if e.Workers > 1 && a.Len() > 1 {
 		return j.writeParallel(w, e.Workers)
 	}
@@ -110,11 +118,24 @@ func (j *job) writeSerial(w io.Writer) error {
 		buf = buf[:0]
 	}
 	buf = j.appendHead(buf)
-	const batch = 256
-	for i := 0; i < j.a.Len() && err == nil; i += batch {
-		buf = j.appendTerms(buf, i, min(i+batch, j.a.Len()))
-		if len(buf) >= flushAt {
+	if n := j.a.Len(); j.middle != nil {
+		buf = j.appendTerms(buf, 0, 1)
+		if len(j.middle) < flushAt {
+			buf = append(buf, j.middle...)
+		} else {
 			flush()
+			if err == nil {
+				_, err = w.Write(j.middle)
+			}
+		}
+		buf = j.appendTerms(buf, n-1, n)
+	} else {
+		const batch = 256
+		for i := 0; i < n && err == nil; i += batch {
+			buf = j.appendTerms(buf, i, min(i+batch, n))
+			if len(buf) >= flushAt {
+				flush()
+			}
 		}
 	}
 	buf = j.appendMid(buf)
