@@ -123,6 +123,43 @@ func (s *Signer) AppendURL(dst []byte, xorb hash.Hash, ranges []httprange.ByteRa
 	return s.AppendURLExpiring(dst, xorb, ranges, s.now().Add(s.ttl))
 }
 
+// TTL is the configured lifetime of a URL.
+func (s *Signer) TTL() time.Duration { return s.ttl }
+
+// Expiry returns the expiry AppendURL would give a URL now (now + TTL), rounded up to the next
+// multiple of round since the Unix epoch when round is at least a second. Every URL signed with
+// one rounded expiry then carries the same x, so an answer signed with it stays byte-identical
+// for up to round; such a URL lives between TTL and TTL + round.
+func (s *Signer) Expiry(round time.Duration) time.Time {
+	exp := s.now().Add(s.ttl)
+	if round < time.Second {
+		return exp
+	}
+	r := int64(round / time.Second)
+	u := exp.Unix()
+	if exp.Nanosecond() > 0 {
+		u++ // whole seconds, never earlier than now + TTL
+	}
+	if m := u % r; m != 0 {
+		u += r - m
+	}
+	return time.Unix(u, 0)
+}
+
+// At returns a signer (for recon.Encoder) whose URLs all expire at exp.
+func (s *Signer) At(exp time.Time) At { return At{s: s, exp: exp} }
+
+// At signs URLs with a fixed expiry; see Signer.At. It is a small value, safe for concurrent use.
+type At struct {
+	s   *Signer
+	exp time.Time
+}
+
+// AppendURL appends a URL for ranges of xorb that expires at a's expiry.
+func (a At) AppendURL(dst []byte, xorb hash.Hash, ranges []httprange.ByteRange) []byte {
+	return a.s.AppendURLExpiring(dst, xorb, ranges, a.exp)
+}
+
 // AppendURLExpiring is AppendURL with an explicit expiry (truncated to whole seconds).
 func (s *Signer) AppendURLExpiring(dst []byte, xorb hash.Hash, ranges []httprange.ByteRange, exp time.Time) []byte {
 	dst = append(dst, s.base...)

@@ -237,3 +237,52 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+func TestExpiryRounded(t *testing.T) {
+	for _, tc := range []struct {
+		now   time.Time
+		ttl   time.Duration
+		round time.Duration
+		want  int64 // Unix seconds
+	}{
+		{time.Unix(1000, 0), time.Minute, 0, 1060},
+		{time.Unix(1000, 5), time.Minute, 0, 1060}, // exact: the expiry truncates like AppendURL's
+		{time.Unix(1000, 0), time.Minute, time.Millisecond, 1060},
+		{time.Unix(1000, 0), time.Minute, time.Minute, 1080},
+		{time.Unix(1020, 0), time.Minute, time.Minute, 1080},      // already on a boundary
+		{time.Unix(1020, 1), time.Minute, time.Minute, 1140},      // a nanosecond past it
+		{time.Unix(1079, 999), time.Hour, 10 * time.Second, 4680}, // 4679.000000999 -> 4680
+	} {
+		now := tc.now
+		s, err := New(Options{BaseURL: "https://e", Key: testKey, TTL: tc.ttl, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.Expiry(tc.round)
+		if got.Unix() != tc.want {
+			t.Errorf("now %v ttl %v round %v: expiry %d, want %d", tc.now, tc.ttl, tc.round, got.Unix(), tc.want)
+		}
+		if tc.round >= time.Second && (got.Before(now.Add(tc.ttl)) || got.After(now.Add(tc.ttl+tc.round))) {
+			t.Errorf("now %v ttl %v round %v: expiry %v outside [now+TTL, now+TTL+round]", tc.now, tc.ttl, tc.round, got)
+		}
+	}
+}
+
+func TestAtSignsFixedExpiry(t *testing.T) {
+	s := newSigner(t, testKey)
+	exp := t0.Add(90 * time.Second)
+	raw := string(s.At(exp).AppendURL(nil, xorbH, ranges))
+	if want := string(s.AppendURLExpiring(nil, xorbH, ranges, exp)); raw != want {
+		t.Fatalf("At: %s, want %s", raw, want)
+	}
+	path, q := split(t, raw)
+	if _, got, err := s.Verify(path, q, exp); err != nil || !reflect.DeepEqual(got, ranges) {
+		t.Fatalf("verify at expiry: %v %v", got, err)
+	}
+	if _, _, err := s.Verify(path, q, exp.Add(time.Second)); !errors.Is(err, ErrExpired) {
+		t.Fatalf("verify after expiry: %v, want ErrExpired", err)
+	}
+	if s.TTL() != time.Minute {
+		t.Fatalf("TTL %v", s.TTL())
+	}
+}
