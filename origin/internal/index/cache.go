@@ -139,6 +139,11 @@ func (c *LayoutCache) FileBytes(ctx context.Context, h hash.Hash, scope string) 
 	return c.raw.FileBytes(ctx, h, scope)
 }
 
+// ShardBody implements ShardBodies through the wrapped index (see ShardBodyOf).
+func (c *LayoutCache) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
+	return ShardBodyOf(ctx, c.Index, h)
+}
+
 // Wait blocks until the layouts cached so far are visible to Layouts (ristretto applies
 // writes asynchronously; PutXorb already waits). For tests and benchmarks.
 func (c *LayoutCache) Wait() { c.c.Wait() }

@@ -253,6 +253,14 @@ func (c *FileCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.H
 	return c.raw.LayoutBytes(ctx, hs)
 }
 
+// ShardBody implements ShardBodies through the wrapped index (see ShardBodyOf).
+func (c *FileCache) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return ShardBodyOf(ctx, c.Index, h)
+}
+
 func (c *FileCache) checkOpen() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -19,11 +19,15 @@
 //	                  ▲
 //	visibility      (scope, file) PK                               File(h, scope), Hide
 //
-//	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order)
-//	                  ▲
+//	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order),  ShardBody
+//	                  ▲         body (the shard itself when kept inline; NULL = in the object store)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
 //
 //	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at
+//
+// A shard body is kept inline in its shard row when the caller passes it in the Registration
+// (ingest does so up to a size threshold, see docs/decisions.md): it is then durable with the
+// registration's one commit, and no object store write is needed for it.
 //
 // There are no foreign keys: rows are content-addressed and written together in one
 // transaction, so a reference can only ever point at a row committed with it or before it.
@@ -77,6 +81,10 @@ type Registration struct {
 	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
 	Xorbs []hash.Hash         // xorbs described in the shard's xorb section, returned by DedupXorbs
 	Dedup []hash.Hash         // eligible chunk hashes (xet-protocol.md §8.6), computed by the caller
+	// Body, when not empty, is the shard body, kept inline in the shard row and committed with
+	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
+	// A known shard keeps its first body.
+	Body []byte
 }
 
 // Event is one visibility revocation, in the order edges must apply them.
@@ -132,6 +140,25 @@ type Raw interface {
 	LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error)
 }
 
+// ShardBodies is implemented by both implementations beside Index: the shard bodies that
+// registrations kept inline (Registration.Body).
+type ShardBodies interface {
+	// ShardBody returns the body registered inline with shard h. It returns nil and no error
+	// when the shard is registered without one (its body is in the object store), and
+	// ErrNotFound when the shard is unknown.
+	ShardBody(ctx context.Context, h hash.Hash) ([]byte, error)
+}
+
+// ShardBodyOf asks ix for the inline body of shard h when ix implements ShardBodies, and fails
+// wrapping ErrInvalid when it does not (it then keeps no bodies).
+func ShardBodyOf(ctx context.Context, ix Index, h hash.Hash) ([]byte, error) {
+	sb, ok := ix.(ShardBodies)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T keeps no shard bodies", ErrInvalid, ix)
+	}
+	return sb.ShardBody(ctx, h)
+}
+
 // DecodeFile decodes the stored record of file h. A record that does not decode, or names
 // another file, is reported as a plain error (a corrupt row, not a caller mistake).
 func DecodeFile(h hash.Hash, b []byte) (*recon.FileRecord, error) {
@@ -185,6 +212,7 @@ type Batch struct {
 	Records    [][]byte    // Records[i] is the encoded record of FileHashes[i]
 	Dedup      []hash.Hash // sorted, unique
 	Xorbs      []byte      // the shard's xorbs, unique, in shard order, 32 bytes each
+	Body       []byte      // the shard body to keep inline; nil = none (never empty)
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
@@ -212,6 +240,9 @@ func NewBatch(r *Registration) (*Batch, error) {
 		Records:    make([][]byte, len(files)),
 		Dedup:      SortedUnique(r.Dedup),
 		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
+	}
+	if len(r.Body) > 0 {
+		b.Body = r.Body
 	}
 	for i, f := range files {
 		rec, err := f.MarshalBinary()

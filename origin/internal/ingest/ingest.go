@@ -1,10 +1,10 @@
 // Package ingest accepts uploads at the origin: xorbs (validated in one pass, stored with a v1
-// footer, then indexed) and shards (parsed, checked against the stored xorb layouts, stored, then
-// registered in one index transaction).
+// footer, then indexed) and shards (parsed, checked against the stored xorb layouts, then
+// registered in one index transaction that also holds the shard body unless it is large).
 //
 // Ordering is the durability contract (ARCHITECTURE.md §5): object bytes are durable in the
 // object store before the index commit, and the index commit is durable before a method
-// returns nil. Nothing is written before validation succeeds, so a rejected upload leaves
+// returns nil. A shard body kept inline in its registration is durable with that commit. Nothing is written before validation succeeds, so a rejected upload leaves
 // nothing behind.
 package ingest
 

@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
@@ -84,28 +86,52 @@ func TestPutXorb(t *testing.T) {
 }
 
 func TestRegisterShardProgress(t *testing.T) {
-	svc, db, _ := newService(t)
+	svc, db, st := newService(t)
 	body, l, s := oneXorbFile(t)
 	ctx := context.Background()
 	if _, err := svc.PutXorb(ctx, Prefix, l.Hash, body); err != nil {
 		t.Fatal(err)
 	}
-	var stages []string
-	ins, err := svc.RegisterShard(ctx, "scope", s.AppendUpload(nil), func(p Progress) { stages = append(stages, p.Stage) })
-	if err != nil || !ins {
-		t.Fatalf("register: %v %v", ins, err)
+	big := *s
+	big.Files = append(big.Files, s.Files[0])
+	big.Files[1].SHA256 = &l.Hash // another shard body, same file
+	tests := []struct {
+		name      string
+		svc       *Service
+		shard     *shard.Shard
+		wantStage []string
+		inline    bool // body kept in the index, nothing in the object store
+	}{
+		{"inline", svc, s, []string{StageValidating, StageValidating, StageSyncing}, true},
+		{"object store", New(Options{Index: db, Objects: st, MaxInlineShard: -1}), &big,
+			[]string{StageValidating, StageValidating, StageUploading, StageSyncing}, false},
 	}
-	want := []string{StageValidating, StageValidating, StageUploading, StageSyncing}
-	if len(stages) != len(want) {
-		t.Fatalf("stages %v, want %v", stages, want)
-	}
-	for i := range want {
-		if stages[i] != want[i] {
-			t.Fatalf("stages %v, want %v", stages, want)
+	for _, tc := range tests {
+		up := tc.shard.AppendUpload(nil)
+		h := hash.Chunk(up)
+		var stages []string
+		ins, err := tc.svc.RegisterShard(ctx, "scope", up, func(p Progress) { stages = append(stages, p.Stage) })
+		if err != nil || !ins {
+			t.Fatalf("%s: register: %v %v", tc.name, ins, err)
 		}
-	}
-	if _, err := db.File(ctx, s.Files[0].Hash, "scope"); err != nil {
-		t.Fatal(err)
+		if !slices.Equal(stages, tc.wantStage) {
+			t.Fatalf("%s: stages %v, want %v", tc.name, stages, tc.wantStage)
+		}
+		if _, err := db.File(ctx, s.Files[0].Hash, "scope"); err != nil {
+			t.Fatal(err)
+		}
+		inline, err := db.(index.ShardBodies).ShardBody(ctx, h)
+		if err != nil {
+			t.Fatalf("%s: ShardBody: %v", tc.name, err)
+		}
+		_, statErr := st.Stat(ctx, ShardKey(h))
+		if tc.inline {
+			if !bytes.Equal(inline, up) || !errors.Is(statErr, objstore.ErrNotFound) {
+				t.Fatalf("%s: inline body of %d bytes (want %d), object: %v", tc.name, len(inline), len(up), statErr)
+			}
+		} else if inline != nil || statErr != nil {
+			t.Fatalf("%s: inline body of %d bytes (want none), object: %v", tc.name, len(inline), statErr)
+		}
 	}
 	// A chunk-reference bomb: few bytes, many chunks claimed.
 	small := New(Options{Index: db, Objects: nil, MaxChunkRefs: 4})

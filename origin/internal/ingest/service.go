@@ -26,6 +26,11 @@ const MaxXorbBody = xorb.MaxRawBytes + xorb.HeaderSize*xorb.MaxChunks + 92 + 40*
 // unbounded work; 1<<23 chunks is about 512 GiB of file content per shard.
 const DefaultMaxChunkRefs = 1 << 23
 
+// DefaultMaxInlineShard is the largest shard body kept inline in its index registration
+// instead of in the object store. A typical upload shard is a few KB; keeping it in the
+// registration's commit makes that commit its only durable write.
+const DefaultMaxInlineShard = 1 << 20
+
 // layoutBatch is how many layouts one index round trip asks for.
 const layoutBatch = 256
 
@@ -40,6 +45,10 @@ type Options struct {
 	// AllowNoVerification accepts shards whose files lack verification entries (lenient mode
 	// for old clients; the spec requires them).
 	AllowNoVerification bool
+	// MaxInlineShard is the largest shard body registered inline in the index (one commit with
+	// the registration) rather than stored under ShardKey first; 0 = DefaultMaxInlineShard,
+	// < 0 = always the object store.
+	MaxInlineShard int
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -50,6 +59,7 @@ type Service struct {
 	objs         Objects
 	workers      int
 	maxChunkRefs int
+	maxInline    int
 	lenient      bool
 
 	validation *prometheus.HistogramVec
@@ -61,9 +71,12 @@ type Service struct {
 // New builds a Service.
 func New(o Options) *Service {
 	s := &Service{idx: o.Index, objs: o.Objects, workers: o.Workers, maxChunkRefs: o.MaxChunkRefs,
-		lenient: o.AllowNoVerification}
+		maxInline: o.MaxInlineShard, lenient: o.AllowNoVerification}
 	if s.maxChunkRefs <= 0 {
 		s.maxChunkRefs = DefaultMaxChunkRefs
+	}
+	if s.maxInline == 0 {
+		s.maxInline = DefaultMaxInlineShard
 	}
 	s.validation = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "xet_origin_ingest_validation_seconds",
@@ -136,7 +149,7 @@ func (s *Service) count(c *prometheus.CounterVec, inserted bool, err error) {
 // Stage names reported through Progress, as the /v2/shards NDJSON frames name them.
 const (
 	StageValidating = "validating"
-	StageUploading  = "uploading" // storing the shard object
+	StageUploading  = "uploading" // storing the shard object (only for bodies not kept inline)
 	StageSyncing    = "syncing"   // committing the registration
 )
 
@@ -147,8 +160,9 @@ type Progress struct {
 }
 
 // RegisterShard checks an uploaded shard (xet-protocol.md §8.5, checks 1–7) and registers its
-// files as visible in scope: the shard body is stored under ShardKey, then files, visibility,
-// dedup entries and the shard row are committed in one index transaction. It reports whether the
+// files as visible in scope: files, visibility, dedup entries and the shard row are committed
+// in one index transaction. A body of up to MaxInlineShard bytes is part of that commit
+// (index.Registration.Body); a larger one is first stored durably under ShardKey. It reports whether the
 // shard was new. progress (may be nil) is called from this goroutine as the work advances.
 //
 // Errors wrap shard.ErrCorrupt/ErrTooLarge (body), ErrMissingXorb, ErrRejected, or the store's
@@ -169,12 +183,16 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 		return false, err
 	}
 	h := hash.Chunk(body)
-	progress(Progress{Stage: StageUploading})
-	if err := s.objs.Put(ctx, ShardKey(h), bytes.NewReader(body), int64(len(body))); err != nil {
-		return false, fmt.Errorf("store shard %s: %w", h, err)
+	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: shard.EligibleChunks(sh)}
+	if len(body) <= s.maxInline {
+		reg.Body = body
+	} else {
+		progress(Progress{Stage: StageUploading})
+		if err := s.objs.Put(ctx, ShardKey(h), bytes.NewReader(body), int64(len(body))); err != nil {
+			return false, fmt.Errorf("store shard %s: %w", h, err)
+		}
 	}
 	progress(Progress{Stage: StageSyncing})
-	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: shard.EligibleChunks(sh)}
 	reg.Xorbs = make([]hash.Hash, len(sh.Xorbs))
 	for i := range sh.Xorbs {
 		reg.Xorbs[i] = sh.Xorbs[i].Hash

@@ -41,6 +41,8 @@ func Run(t *testing.T, open Opener) {
 		{"EventsPaging", testEventsPaging},
 		{"ConcurrentHide", testConcurrentHide},
 		{"LargeRecord", testLargeRecord},
+		{"ShardBody", testShardBody},
+		{"ConcurrentShardBodies", testConcurrentShardBodies},
 		{"Invalid", testInvalid},
 		{"Canceled", testCanceled},
 		{"Close", testClose},
@@ -653,6 +655,111 @@ func testLargeRecord(t *testing.T, ix index.Index) {
 	r.Files[0] = g.Record(LargeTerms)
 	mustRegister(t, ix, r, true)
 	wantFile(t, ix, r.Files[0], r.Scope)
+}
+
+// Body returns n random bytes standing in for a shard body.
+func (g *Gen) Body(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(g.r.Uint32())
+	}
+	return b
+}
+
+func shardBodies(t *testing.T, ix index.Index) index.ShardBodies {
+	t.Helper()
+	sb, ok := ix.(index.ShardBodies)
+	if !ok {
+		t.Fatalf("%T does not implement index.ShardBodies", ix)
+	}
+	return sb
+}
+
+// wantBody checks that ShardBody(h) returns exactly want (nil: registered without a body).
+func wantBody(t *testing.T, sb index.ShardBodies, h hash.Hash, want []byte) {
+	t.Helper()
+	got, err := sb.ShardBody(ctxOf(t), h)
+	if err != nil {
+		t.Fatalf("ShardBody(%s): %v", h, err)
+	}
+	if (got == nil) != (want == nil) || !bytes.Equal(got, want) {
+		t.Fatalf("ShardBody(%s) = %d bytes (nil %v), want %d bytes (nil %v)", h, len(got), got == nil, len(want), want == nil)
+	}
+}
+
+func testShardBody(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	sb := shardBodies(t, ix)
+	g := NewGen(14)
+	// A typical small shard, one past the ~2 KB where Postgres starts toasting, and a large
+	// one that must go out of line.
+	for _, n := range []int{1872, 2100, 9000, 1 << 20} {
+		r := g.Registration("models/acme/body", 4, 2, 4)
+		r.Body = g.Body(n)
+		mustRegister(t, ix, r, true)
+		wantBody(t, sb, r.Shard, r.Body)
+		wantFile(t, ix, r.Files[0], r.Scope)
+		// The first body stays; registering again (here with another body) changes nothing.
+		again := *r
+		again.Scope, again.Body = "models/acme/other", g.Body(n)
+		mustRegister(t, ix, &again, false)
+		wantBody(t, sb, r.Shard, r.Body)
+		wantFile(t, ix, r.Files[0], again.Scope)
+	}
+	// Without a body (stored in the object store), and with an empty one: no inline body.
+	for _, body := range [][]byte{nil, {}} {
+		r := g.Registration("models/acme/body", 1, 1, 1)
+		r.Body = body
+		mustRegister(t, ix, r, true)
+		wantBody(t, sb, r.Shard, nil)
+	}
+	if b, err := sb.ShardBody(ctx, g.Hash()); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("ShardBody(unknown) = %d bytes, %v; want ErrNotFound", len(b), err)
+	}
+	// A registration that fails leaves no body behind.
+	bad := g.Registration("models/acme/body", 1, 1, 1)
+	bad.Files[0] = &recon.FileRecord{Hash: g.Hash(), Size: 1} // does not encode
+	bad.Body = g.Body(100)
+	if _, err := ix.RegisterShard(ctx, bad); !errors.Is(err, index.ErrInvalid) {
+		t.Fatalf("RegisterShard(bad record with body): %v, want ErrInvalid", err)
+	}
+	if b, err := sb.ShardBody(ctx, bad.Shard); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("ShardBody of a rejected registration = %d bytes, %v; want ErrNotFound", len(b), err)
+	}
+}
+
+// testConcurrentShardBodies registers many shards with bodies at once (so that a group-committing
+// implementation puts several in one commit), some of them twice in the same burst, and reads
+// every body back.
+func testConcurrentShardBodies(t *testing.T, ix index.Index) {
+	sb := shardBodies(t, ix)
+	g := NewGen(15)
+	regs := make([]*index.Registration, 48)
+	for i := range regs {
+		regs[i] = g.Registration(fmt.Sprintf("models/org/b%d", i%4), 2, 2, 2)
+		if i%3 != 2 {
+			regs[i].Body = g.Body(1000 + 37*i)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*len(regs))
+	for i := range 2 * len(regs) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := ix.RegisterShard(ctxOf(t), regs[(i*5)%len(regs)]); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent RegisterShard with bodies: %v", err)
+	}
+	for _, r := range regs {
+		wantBody(t, sb, r.Shard, r.Body)
+	}
 }
 
 func testInvalid(t *testing.T, ix index.Index) {

@@ -42,8 +42,9 @@ import (
 )
 
 var (
-	_ index.Index = (*DB)(nil)
-	_ index.Raw   = (*DB)(nil)
+	_ index.Index       = (*DB)(nil)
+	_ index.Raw         = (*DB)(nil)
+	_ index.ShardBodies = (*DB)(nil)
 )
 
 //go:embed migrations/*.sql
@@ -240,14 +241,15 @@ const (
 	qFile     = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = $1 AND v.file = $2`
 	qDedup    = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
 	qEvents   = `SELECT seq, scope, files, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody     = `SELECT body FROM shards WHERE hash = $1`
 
 	// qRegister commits a batch of registrations in one statement. The main query reads s, so
 	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
 	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
 	// only statement that inserts into these tables). It returns the shards that were new.
 	qRegister = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs)
-	SELECT h, sc, x FROM unnest($1::bytea[], $2::text[], $3::bytea[]) AS u(h, sc, x) ORDER BY h
+	INSERT INTO shards(hash, scope, xorbs, body)
+	SELECT h, sc, x, b FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[]) AS u(h, sc, x, b) ORDER BY h
 	ON CONFLICT DO NOTHING RETURNING hash
 ), f AS (
 	INSERT INTO files(hash, record)
@@ -520,8 +522,9 @@ func registerArgs(ops []*regOp) []any {
 	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
 
 	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
+	sb := make([][]byte, len(shards)) // nil elements are NULL: no inline body
 	for i, b := range shards {
-		sh[i], sc[i], sx[i] = b.Shard[:], b.Scope, b.Xorbs
+		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
 			sx[i] = []byte{}
 		}
@@ -538,7 +541,7 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs}
+	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb}
 }
 
 // File implements index.Index.
@@ -576,6 +579,18 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
 	return out, nil
+}
+
+// ShardBody implements index.ShardBodies.
+func (db *DB) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	var body []byte
+	if err := db.pool.QueryRow(ctx, qBody, h[:]).Scan(&body); err != nil {
+		return nil, fmt.Errorf("shard body %s: %w", h, translate(err))
+	}
+	return body, nil
 }
 
 // Hide implements index.Index. Hides are serialised by an advisory lock held to the commit, so

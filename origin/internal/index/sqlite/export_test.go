@@ -17,6 +17,7 @@ func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
 		"Layouts":   {qLayoutsPrefix + ",?,?)", []any{k, k, k}},
 		"File":      {qFile, []any{"s", k}},
 		"Dedup":     {qDedup, []any{k}},
+		"ShardBody": {qBody, []any{k}},
 		"Events":    {qEvents, []any{0, 10}},
 		"HideScope": {qHideScope, []any{"s"}},
 		"HideFile":  {qHideFile, []any{"s", k}},

@@ -34,8 +34,9 @@ import (
 )
 
 var (
-	_ index.Index = (*DB)(nil)
-	_ index.Raw   = (*DB)(nil)
+	_ index.Index       = (*DB)(nil)
+	_ index.Raw         = (*DB)(nil)
+	_ index.ShardBodies = (*DB)(nil)
 )
 
 //go:embed migrations/*.sql
@@ -131,7 +132,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		s   **sql.Stmt
 		sql string
 	}{
-		{&db.insShard, `INSERT INTO shards(hash, scope, xorbs, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{&db.insShard, `INSERT INTO shards(hash, scope, xorbs, at, body) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insFile, `INSERT INTO files(hash, record) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insVis, `INSERT INTO visibility(scope, file) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT DO NOTHING`},
@@ -382,6 +383,7 @@ const (
 	qFile          = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`
 	qDedup         = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ?`
 	qEvents        = `SELECT seq, scope, files, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
+	qBody          = `SELECT body FROM shards WHERE hash = ?`
 	qHideScope     = `DELETE FROM visibility WHERE scope = ?`
 	qHideFile      = `DELETE FROM visibility WHERE scope = ? AND file = ?`
 	qLayoutsPrefix = `SELECT hash, layout FROM xorbs WHERE hash IN (?`
@@ -467,7 +469,7 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 		if xorbs == nil {
 			xorbs = []byte{}
 		}
-		res, err := tx.StmtContext(ctx, db.insShard).ExecContext(ctx, b.Shard[:], b.Scope, xorbs, time.Now().UnixNano())
+		res, err := tx.StmtContext(ctx, db.insShard).ExecContext(ctx, b.Shard[:], b.Scope, xorbs, time.Now().UnixNano(), b.Body)
 		if err != nil {
 			return translate(err)
 		}
@@ -524,6 +526,18 @@ func (db *DB) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte,
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, translate(err))
 	}
 	return rec, nil
+}
+
+// ShardBody implements index.ShardBodies.
+func (db *DB) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
+	if err := db.read(); err != nil {
+		return nil, err
+	}
+	var body []byte
+	if err := db.r.QueryRowContext(ctx, qBody, h[:]).Scan(&body); err != nil {
+		return nil, fmt.Errorf("shard body %s: %w", h, translate(err))
+	}
+	return body, nil
 }
 
 // DedupXorbs implements index.Index.
