@@ -11,6 +11,8 @@ type metrics struct {
 	parallel       prometheus.Counter
 	recon          *prometheus.HistogramVec
 	planCache      *prometheus.CounterVec
+	answerCache    *prometheus.CounterVec
+	answerBytes    prometheus.Gauge
 	transferBytes  prometheus.Counter
 	verifyFailures prometheus.Counter
 }
@@ -34,6 +36,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"version"}),
 		planCache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_recon_plan_cache_total",
 			Help: "Whole-file reconstruction plans taken from the plan cache (hit) or computed (miss)."}, []string{"result"}),
+		answerCache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_recon_answer_cache_total",
+			Help: "Answer cache lookups: part=answer for whole-file answers (hit: written from cached bytes), part=terms for ranged answers (hit: terms copied from the file's cached terms), by result."},
+			[]string{"part", "result"}),
+		answerBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_edge_recon_answer_cache_bytes",
+			Help: "Bytes held by the answer cache (encoded terms and signed whole-file answers)."}),
 		transferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_served_bytes_total",
 			Help: "Xorb bytes served on the transfer route."}),
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
@@ -42,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.fallbacks.WithLabelValues("no_permit")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon, m.planCache,
-			m.transferBytes, m.verifyFailures)
+			m.answerCache, m.answerBytes, m.transferBytes, m.verifyFailures)
 	}
 	return m
 }

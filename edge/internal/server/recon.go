@@ -9,6 +9,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -42,10 +43,18 @@ func (s *Server) file(ctx context.Context, r *http.Request) (*recon.FileRecord, 
 	return s.o.Meta.File(ctx, h, claims(ctx).Scope)
 }
 
+// DefaultURLExpiryRound is Options.URLExpiryRound when 0: URLs expire on whole minutes.
+const DefaultURLExpiryRound = time.Minute
+
 // reconstruct: GET /v1|v2/reconstructions/{file} with an optional single Range, answered from
 // the metadata cache with URLs for the edge's transfer route: the same terms and ranges as the
 // origin gives for the same query (both run recon.Plan on the same record). Without a free
 // permit the request goes to the origin unchanged.
+//
+// Whole-file answers are written from the answer cache (one Content-Length answer, two
+// writes) once encoded for the current URL expiry; ranged answers of large files copy their
+// terms from the cached whole-file terms. Both are byte-identical to encoding afresh with the
+// same expiry. The record, and so visibility in the token's scope, is always looked up first.
 func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) error {
 	if !s.permits.tryAcquire() {
 		s.m.fallbacks.WithLabelValues("no_permit").Inc()
@@ -66,12 +75,29 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	if err != nil {
 		return err
 	}
-	a, err := s.plan(ctx, rec, rng)
+	version := "v1"
+	if v2 {
+		version = "v2"
+	}
+	defer func() { s.m.recon.WithLabelValues(version).Observe(time.Since(start).Seconds()) }()
+	exp := s.o.Signer.Expiry(s.o.URLExpiryRound)
+	signer := s.o.Signer.At(exp)
+	whole := wholeRange(rec, rng)
+	if whole && s.answers.enabled() && s.o.URLExpiryRound > 0 {
+		return s.writeWhole(ctx, w, rec, v2, exp.Unix(), signer)
+	}
+	var terms *recon.Terms
+	if !whole && s.answers.enabled() {
+		if terms, err = s.rangedTerms(ctx, rec); err != nil {
+			return err
+		}
+	}
+	a, err := s.plan(ctx, rec, whole, rng)
 	if err != nil {
 		return err
 	}
 	enc := recon.Encoder{}
-	if a.Len() >= s.o.ParallelAt {
+	if terms == nil && a.Len() >= s.o.ParallelAt {
 		if extra := s.permits.takeHalf(s.maxWriters - 1); extra > 0 {
 			defer s.permits.release(extra)
 			enc.Workers = 1 + extra
@@ -80,26 +106,88 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	version := "v1"
 	if v2 {
-		version = "v2"
-		err = enc.WriteV2(w, a, s.o.Signer)
-	} else {
-		err = enc.WriteV1(w, a, s.o.Signer)
+		return enc.WriteV2Terms(w, a, signer, terms)
 	}
-	s.m.recon.WithLabelValues(version).Observe(time.Since(start).Seconds())
+	return enc.WriteV1Terms(w, a, signer, terms)
+}
+
+// wholeRange reports whether rng (nil: none) asks for every byte of rec: the same answer as
+// no range, nothing to trim, offset 0.
+func wholeRange(rec *recon.FileRecord, rng *httprange.Range) bool {
+	if rng == nil {
+		return true
+	}
+	if rec.Size == 0 {
+		return false
+	}
+	br, err := rng.Resolve(rec.Size)
+	return err == nil && br.Start == 0 && br.End == rec.Size-1
+}
+
+// writeWhole writes rec's whole-file answer signed for expiry exp from the answer cache,
+// encoding and caching what is missing: the terms (once per record) and the rest (once per
+// record, version and expiry).
+func (s *Server) writeWhole(ctx context.Context, w http.ResponseWriter, rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) error {
+	terms, rest := s.answers.lookup(rec, v2, exp)
+	s.m.countAnswer("answer", rest != nil)
+	if rest == nil {
+		a, err := s.plan(ctx, rec, true, nil)
+		if err != nil {
+			return err
+		}
+		if terms == nil {
+			t, err := recon.EncodeTerms(a)
+			if err != nil {
+				return err
+			}
+			terms = s.answers.putTerms(rec, t)
+		}
+		hint := make([]byte, 0, 64+200*a.NumRanges())
+		if v2 {
+			rest = recon.Encoder{}.AppendRestV2(hint, a, signer)
+		} else {
+			rest = recon.Encoder{}.AppendRestV1(hint, a, signer)
+		}
+		s.answers.putRest(rec, v2, exp, rest)
+	}
+	prefix := terms.Prefix()
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(prefix)+len(rest)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(prefix); err != nil {
+		return err
+	}
+	_, err := w.Write(rest)
 	return err
 }
 
-// plan returns the answer for rng of rec (nil: the whole file). Whole-file answers, including
-// a range that resolves to every byte of the file, come from the plan cache when they can.
-func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, rng *httprange.Range) (*recon.Answer, error) {
-	whole := rng == nil
-	if !whole && rec.Size > 0 {
-		if br, err := rng.Resolve(rec.Size); err == nil && br.Start == 0 && br.End == rec.Size-1 {
-			whole = true // the same answer as no range: nothing to trim, offset 0
+// rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
+// first for a file of at least rangedTermsAt terms; nil for smaller files not cached yet.
+func (s *Server) rangedTerms(ctx context.Context, rec *recon.FileRecord) (*recon.Terms, error) {
+	terms, _ := s.answers.lookup(rec, true, 0)
+	if terms != nil || len(rec.Terms) < rangedTermsAt {
+		if terms != nil {
+			s.m.countAnswer("terms", true)
 		}
+		return terms, nil
 	}
+	s.m.countAnswer("terms", false)
+	a, err := s.plan(ctx, rec, true, nil)
+	if err != nil {
+		return nil, err
+	}
+	t, err := recon.EncodeTerms(a)
+	if err != nil {
+		return nil, err
+	}
+	return s.answers.putTerms(rec, t), nil
+}
+
+// plan returns the answer for rng of rec (whole: the whole file, rng is ignored). Whole-file
+// answers come from the plan cache when they can.
+func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, whole bool, rng *httprange.Range) (*recon.Answer, error) {
 	if !whole {
 		return recon.Plan(rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
 	}

@@ -78,6 +78,7 @@ type reconFixture struct {
 	signer *urlsign.Signer
 	rec    *recon.FileRecord
 	meta   fakeMeta
+	now    *time.Time // the signer's clock
 }
 
 func newReconFixture(tb testing.TB, rec *recon.FileRecord, layouts map[hash.Hash]*xorb.Layout, o Options) *reconFixture {
@@ -98,18 +99,29 @@ func newReconFixture(tb testing.TB, rec *recon.FileRecord, layouts map[hash.Hash
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &reconFixture{srv: srv, signer: signer, rec: rec, meta: meta}
+	return &reconFixture{srv: srv, signer: signer, rec: rec, meta: meta, now: &now}
 }
 
-// want is the v2 answer recon writes for rng of the file, serially, with fresh planning.
+// want is the v2 answer recon writes for rng of the file, serially, with fresh planning and
+// URLs expiring at the signer's expiry rounded up to DefaultURLExpiryRound.
 func (fx *reconFixture) want(tb testing.TB, rng *httprange.Range) []byte {
+	return fx.wantVersion(tb, rng, true)
+}
+
+func (fx *reconFixture) wantVersion(tb testing.TB, rng *httprange.Range, v2 bool) []byte {
 	tb.Helper()
 	a, err := recon.Plan(fx.rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return fx.meta.layouts[h], nil })
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := recon.WriteV2(&b, a, fx.signer); err != nil {
+	s := fx.signer.At(fx.signer.Expiry(DefaultURLExpiryRound))
+	if v2 {
+		err = recon.WriteV2(&b, a, s)
+	} else {
+		err = recon.WriteV1(&b, a, s)
+	}
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return b.Bytes()
@@ -117,13 +129,20 @@ func (fx *reconFixture) want(tb testing.TB, rng *httprange.Range) []byte {
 
 func (fx *reconFixture) get(tb testing.TB, rangeHdr string) (int, []byte) {
 	tb.Helper()
-	req := httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+fx.rec.Hash.String(), nil)
+	w := fx.do(tb, "v2", rangeHdr)
+	return w.Code, w.Body.Bytes()
+}
+
+// do asks for the file's reconstruction in version ("v1", "v2") with an optional Range.
+func (fx *reconFixture) do(tb testing.TB, version, rangeHdr string) *httptest.ResponseRecorder {
+	tb.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/"+version+"/reconstructions/"+fx.rec.Hash.String(), nil)
 	if rangeHdr != "" {
 		req.Header.Set("Range", rangeHdr)
 	}
 	w := httptest.NewRecorder()
 	fx.srv.Handler().ServeHTTP(w, req)
-	return w.Code, w.Body.Bytes()
+	return w
 }
 
 func (fx *reconFixture) planCounts(tb testing.TB) (hits, misses float64) {
@@ -172,7 +191,8 @@ func TestReconPlanCache(t *testing.T) {
 	}
 	for _, parallelAt := range []int{1 << 30, 2} {
 		t.Run(fmt.Sprintf("parallelAt=%d", parallelAt), func(t *testing.T) {
-			fx := newReconFixture(t, rec, layouts, Options{ParallelAt: parallelAt})
+			// The answer cache off: whole-file answers would not consult the plan cache.
+			fx := newReconFixture(t, rec, layouts, Options{ParallelAt: parallelAt, AnswerCacheBytes: -1})
 			for _, st := range steps {
 				code, body := fx.get(t, st.hdr)
 				if code != st.status {
@@ -241,22 +261,26 @@ func TestPlanCache(t *testing.T) {
 
 // BenchmarkReconWorst is the handler's cost for the 100,000-term worst-case file (1,000 xorbs
 // of 1,024 chunks), writing to a discarding ResponseWriter: whole file with and without the
-// plan cache, and random ranges.
+// plan cache, from the answer cache, and random ranges with and without cached terms.
 func BenchmarkReconWorst(b *testing.B) {
 	rec, layouts := worstFile(b, 1000, 1024, 100000)
 	for _, bc := range []struct {
-		name     string
-		planMax  int64
-		ranged   bool
-		parallel int
+		name      string
+		planMax   int64
+		answerMax int64
+		ranged    bool
+		parallel  int
 	}{
-		{"whole/cached", 0, false, 1 << 30},
-		{"whole/uncached", -1, false, 1 << 30},
-		{"whole/cached/parallel", 0, false, 1},
-		{"range", 0, true, 1 << 30},
+		{"whole/answer", 0, 0, false, 1 << 30},
+		{"whole/cached", 0, -1, false, 1 << 30},
+		{"whole/uncached", -1, -1, false, 1 << 30},
+		{"whole/cached/parallel", 0, -1, false, 1},
+		{"range/terms", 0, 0, true, 1 << 30},
+		{"range", 0, -1, true, 1 << 30},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			fx := newReconFixture(b, rec, layouts, Options{PlanCacheBytes: bc.planMax, ParallelAt: bc.parallel})
+			fx := newReconFixture(b, rec, layouts, Options{PlanCacheBytes: bc.planMax, AnswerCacheBytes: bc.answerMax,
+				ParallelAt: bc.parallel})
 			h := fx.srv.Handler()
 			var hdrs []string
 			for i := range 64 {
@@ -264,6 +288,14 @@ func BenchmarkReconWorst(b *testing.B) {
 				hdrs = append(hdrs, fmt.Sprintf("bytes=%d-%d", a, a+rec.Size/4))
 			}
 			w := &discardWriter{h: http.Header{}}
+			// Warm caches: one request of each kind before timing.
+			for _, hdr := range []string{"", hdrs[0]} {
+				req := httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil)
+				if hdr != "" {
+					req.Header.Set("Range", hdr)
+				}
+				h.ServeHTTP(w, req)
+			}
 			b.ReportAllocs()
 			i := 0
 			start := cpuTime()

@@ -81,6 +81,15 @@ type Options struct {
 	// PlanCacheBytes bounds the cache of whole-file plans; 0 means DefaultPlanCacheBytes,
 	// negative disables it.
 	PlanCacheBytes int64
+	// AnswerCacheBytes bounds the cache of encoded answers (answercache.go); 0 means
+	// DefaultAnswerCacheBytes, negative disables it.
+	AnswerCacheBytes int64
+	// URLExpiryRound is what the expiry of every signed transfer URL is rounded up to, so that
+	// a whole-file answer is the same for every request in one such interval and is served
+	// from the answer cache; URLs then live between the signer's TTL and TTL + URLExpiryRound.
+	// 0 means DefaultURLExpiryRound; negative signs exact expiries and caches no whole-file
+	// answer (terms are still cached).
+	URLExpiryRound time.Duration
 	// Ready reports whether the edge can serve (/readyz); nil means always.
 	Ready func(ctx context.Context) error
 	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
@@ -105,6 +114,7 @@ type Server struct {
 	bufs sync.Pool
 	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
 	plans      *planCache
+	answers    *answerCache
 	maxWriters int
 	tokens     *tokenCache
 }
@@ -129,12 +139,19 @@ func New(o Options) (*Server, error) {
 	if o.PlanCacheBytes == 0 {
 		o.PlanCacheBytes = DefaultPlanCacheBytes
 	}
+	if o.AnswerCacheBytes == 0 {
+		o.AnswerCacheBytes = DefaultAnswerCacheBytes
+	}
+	if o.URLExpiryRound == 0 {
+		o.URLExpiryRound = DefaultURLExpiryRound
+	}
 	if o.Transport == nil {
 		o.Transport = originapi.NewTransport()
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
 	s.bufs.New = func() any { return new([copyBufLen]byte) }
 	s.plans = newPlanCache(o.PlanCacheBytes)
+	s.answers = newAnswerCache(o.AnswerCacheBytes, s.m)
 	s.tokens = newTokenCache(o.Tokens, o.TokenCacheTTL, tokenCacheEntries, o.Now)
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
