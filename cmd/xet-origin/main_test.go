@@ -1,218 +1,219 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
+	"errors"
+	mrand "math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
-	"github.com/xetcdn/xetcdn/shared/xet/shard"
-	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
-// buildBinary compiles xet-origin once for the test.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "xet-origin")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build the binary: %v", err)
-	}
-	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+// crashLog records, for the uploads of TestAcknowledgedWritesSurviveSIGKILL, what was sent and
+// what the origin acknowledged before it was killed.
+type crashLog struct {
+	mu          sync.Mutex
+	xorbSent    map[hash.Hash]bool // value: acknowledged (200)
+	files       []fileUp
+	fileAcked   map[hash.Hash]bool
+	interrupted int           // requests that got no answer (the kill cut them off)
+	shardsOpen  int           // shard requests sent and not answered yet
+	events      chan struct{} // a file was acknowledged or a shard request sent
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+// ready reports whether the kill may come: enough files acknowledged, and shard requests in
+// flight (so the kill may land inside a registration, not only between requests).
+func (c *crashLog) ready(files, shards int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fileAcked) >= files && c.shardsOpen >= shards
 }
 
-// start runs the origin and returns once it logged that it serves (its listener is bound).
-func start(t *testing.T, bin, dataDir, addr string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", addr)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"msg":"xet-origin serving"`) {
-			go io.Copy(io.Discard, stderr) // keep draining the log
-			return cmd
+// upload sends f's xorbs, then its shard (/v1 or /v2), and records the outcome. It stops at
+// the first request without an answer; an answer other than 200 is a test failure.
+func (c *crashLog) upload(t *testing.T, base, tok string, f fileUp, shardPath string) bool {
+	for _, x := range f.xorbs {
+		c.mu.Lock()
+		c.xorbSent[x.hash] = c.xorbSent[x.hash] // sent, not (yet) acknowledged
+		c.mu.Unlock()
+		a, err := do("POST", base+x.path(), tok, x.body)
+		if err != nil {
+			c.mu.Lock()
+			c.interrupted++
+			c.mu.Unlock()
+			return false
 		}
+		if a.status != http.StatusOK {
+			t.Errorf("xorb %s: %d %s", x.hash, a.status, a.body)
+			return false
+		}
+		c.mu.Lock()
+		c.xorbSent[x.hash] = true
+		c.mu.Unlock()
 	}
-	t.Fatalf("origin exited before serving: %v", sc.Err())
-	return nil
+	c.mu.Lock()
+	c.files = append(c.files, f)
+	c.shardsOpen++
+	c.mu.Unlock()
+	c.events <- struct{}{}
+	a, err := do("POST", base+shardPath, tok, f.shard)
+	c.mu.Lock()
+	c.shardsOpen--
+	c.mu.Unlock()
+	if err != nil || (a.status == http.StatusOK && !shardAccepted(shardPath, a) && lastFrame(a.body).Type == "") {
+		c.mu.Lock() // no answer, or a stream cut before its terminal frame
+		c.interrupted++
+		c.mu.Unlock()
+		return false
+	}
+	if !shardAccepted(shardPath, a) {
+		t.Errorf("shard of file %s (%s): %d %s", f.hash, shardPath, a.status, a.body)
+		return false
+	}
+	c.mu.Lock()
+	c.fileAcked[f.hash] = true
+	c.mu.Unlock()
+	c.events <- struct{}{}
+	return true
 }
 
-func mint(t *testing.T, bin, dataDir, scope, access string) string {
-	t.Helper()
-	out, err := exec.Command(bin, "token", "--data-dir", dataDir, "--scope", scope, "--access", access).Output()
-	if err != nil {
-		t.Fatalf("token: %v", err)
-	}
-	tok := strings.TrimSpace(string(out))
-	if strings.Count(tok, ".") != 2 || strings.ContainsAny(tok, " \n") {
-		t.Fatalf("token output %q is not just a JWT", out)
-	}
-	return tok
-}
-
-func call(t *testing.T, method, url, tok string, body []byte, hdr ...string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, bytes.NewReader(body))
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
-}
-
-// TestAcknowledgedWritesSurviveSIGKILL uploads a file, kills the origin with SIGKILL right after
-// the acknowledgements, restarts it on the same data directory and downloads the file back.
+// TestAcknowledgedWritesSurviveSIGKILL runs concurrent xorb and shard uploads against the
+// origin, kills it with SIGKILL while they are in flight, restarts it on the same configuration
+// and checks: every acknowledged xorb is in the index, every acknowledged file downloads
+// byte-exact, and every file whose shard was in flight is either whole or absent (404), never
+// half registered. The interrupted files are then uploaded again and must work.
 func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	cmd := start(t, bin, dir, addr)
-	if st, _ := call(t, "GET", base+"/healthz", "", nil); st != 200 {
-		t.Fatalf("healthz %d", st)
-	}
-	w := mint(t, bin, dir, "models/crash/test", "write")
-
-	// Three xorbs of random chunks; one file over all of them.
-	rng := rand.New(rand.NewPCG(7, 7))
-	var data []byte
-	var leaves []hash.Leaf
-	sf := shard.File{}
-	sh := &shard.Shard{}
-	for x := 0; x < 3; x++ {
-		b := xorb.NewBuilder(xorb.LZ4)
-		for c := 0; c < 5; c++ {
-			raw := make([]byte, 4000+rng.IntN(4000))
-			for i := range raw {
-				raw[i] = byte('a' + rng.IntN(4))
+	for _, bc := range backendCases() {
+		t.Run(bc.name, func(t *testing.T) {
+			o := newOrigin(t, bin)
+			bc.configure(t, o)
+			cmd := o.start(t)
+			if st, _ := call(t, "GET", o.base()+"/healthz", "", nil); st != 200 {
+				t.Fatalf("healthz %d", st)
 			}
-			h := hash.Chunk(raw)
-			b.Add(raw, h)
-			data = append(data, raw...)
-			leaves = append(leaves, hash.Leaf{Hash: h, Size: uint64(len(raw))})
-		}
-		body, l := b.Finish()
-		if st, ans := call(t, "POST", base+"/v1/xorbs/default/"+l.Hash.String(), w, body); st != 200 {
-			t.Fatalf("xorb upload: %d %s", st, ans)
-		}
-		n := uint32(l.NumChunks())
-		sf.Terms = append(sf.Terms, shard.Term{Xorb: l.Hash, RawBytes: l.RawLen(), Start: 0, End: n})
-		sf.Verification = append(sf.Verification, hash.Verification(l.ChunkHashes))
-		blk := shard.Xorb{Hash: l.Hash, RawBytes: l.RawLen()}
-		var s uint32
-		for i, ch := range l.ChunkHashes {
-			blk.Chunks = append(blk.Chunks, shard.XorbChunk{Hash: ch, RawStart: s, RawLen: l.RawEnds[i] - s})
-			s = l.RawEnds[i]
-		}
-		sh.Xorbs = append(sh.Xorbs, blk)
-	}
-	sf.Hash = hash.File(leaves)
-	sh.Files = []shard.File{sf}
-	if st, ans := call(t, "POST", base+"/v2/shards", w, sh.AppendUpload(nil)); st != 200 || !strings.Contains(string(ans), `"type":"result"`) {
-		t.Fatalf("shard upload: %d %s", st, ans)
-	}
+			const scope = "models/crash/test"
+			w := o.token(t, scope, "write")
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-
-	start(t, bin, dir, addr)
-	r := mint(t, bin, dir, "models/crash/test", "read")
-	st, ans := call(t, "GET", base+"/v2/reconstructions/"+sf.Hash.String(), r, nil)
-	if st != 200 {
-		t.Fatalf("reconstruction after restart: %d %s", st, ans)
-	}
-	var a struct {
-		Terms []struct {
-			Hash  hash.Hash `json:"hash"`
-			Range struct{ Start, End uint32 }
-		} `json:"terms"`
-		Xorbs map[string][]struct {
-			URL    string `json:"url"`
-			Ranges []struct {
-				Bytes struct{ Start, End uint64 } `json:"bytes"`
-			} `json:"ranges"`
-		} `json:"xorbs"`
-	}
-	if err := json.Unmarshal(ans, &a); err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	for _, term := range a.Terms {
-		e := a.Xorbs[term.Hash.String()][0]
-		st, body := call(t, "GET", e.URL, "", nil, "Range", fmt.Sprintf("bytes=%d-%d", e.Ranges[0].Bytes.Start, e.Ranges[0].Bytes.End))
-		if st != 206 {
-			t.Fatalf("transfer after restart: %d %s", st, body)
-		}
-		cr := xorb.NewChunkReader(bytes.NewReader(body))
-		for {
-			raw, _, err := cr.Next()
-			if err == io.EOF {
-				break
+			// Every file is one xorb from a small shared pool (concurrent uploads of one xorb,
+			// shards naming xorbs that other shards registered) and two of its own.
+			const workers, killAfter = 6, 12
+			rng := mrand.New(mrand.NewPCG(7, 7))
+			pool := []xorbUp{makeXorb(rng, 5), makeXorb(rng, 5), makeXorb(rng, 5)}
+			log := &crashLog{xorbSent: map[hash.Hash]bool{}, fileAcked: map[hash.Hash]bool{},
+				events: make(chan struct{}, 4096)}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := mrand.New(mrand.NewPCG(uint64(i), 99))
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						f := makeFile(pool[(i+n)%len(pool)], makeXorb(rng, 4), makeXorb(rng, 4))
+						path := "/v1/shards"
+						if (i+n)%2 == 1 {
+							path = "/v2/shards"
+						}
+						if !log.upload(t, o.base(), w, f, path) {
+							return
+						}
+					}
+				}()
 			}
-			if err != nil {
+			deadline := time.After(30 * time.Second)
+			for !log.ready(killAfter, 2) {
+				select {
+				case <-log.events:
+				case <-deadline:
+					close(stop)
+					t.Fatalf("fewer than %d files acknowledged in 30 s", killAfter)
+				}
+			}
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, raw...)
-		}
-	}
-	if !bytes.Equal(got, data) {
-		t.Fatalf("downloaded %d bytes differ from the %d uploaded", len(got), len(data))
+			cmd.Wait()
+			close(stop)
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if log.interrupted == 0 {
+				t.Fatal("no upload was in flight when the origin was killed")
+			}
+
+			o.start(t)
+			r := o.token(t, scope, "read")
+			c := o.client(t, r)
+			ackedX, ackedF := 0, 0
+			for x, acked := range log.xorbSent {
+				st, _ := call(t, "HEAD", o.base()+"/v1/xorbs/default/"+x.String(), r, nil)
+				switch {
+				case acked && st != http.StatusOK:
+					t.Errorf("acknowledged xorb %s: HEAD %d after the restart", x, st)
+				case !acked && st != http.StatusOK && st != http.StatusNotFound:
+					t.Errorf("interrupted xorb %s: HEAD %d after the restart", x, st)
+				}
+				if acked {
+					ackedX++
+				}
+			}
+			var redo []fileUp
+			for _, f := range log.files {
+				got, err := download(c, f.hash)
+				switch {
+				case log.fileAcked[f.hash] && err != nil:
+					t.Errorf("acknowledged file %s after the restart: %v", f.hash, err)
+				case err != nil && !errors.Is(err, xetclient.ErrNotFound):
+					t.Errorf("interrupted file %s is half registered: %v", f.hash, err)
+				case err == nil && string(got) != string(f.data):
+					t.Errorf("file %s downloads %d bytes that differ from the %d uploaded", f.hash, len(got), len(f.data))
+				case err != nil:
+					redo = append(redo, f)
+				}
+				if log.fileAcked[f.hash] {
+					ackedF++
+				}
+			}
+			t.Logf("after the kill: %d acknowledged xorbs and %d acknowledged files intact; %d requests cut off, "+
+				"%d shards in flight: %d registered whole, %d not at all", ackedX, ackedF, log.interrupted,
+				len(log.files)-ackedF, len(log.files)-ackedF-len(redo), len(redo))
+			// A client retries what was cut off; the retries must work.
+			for _, f := range redo {
+				for _, x := range f.xorbs {
+					if st, ans := call(t, "POST", o.base()+x.path(), w, x.body); st != http.StatusOK {
+						t.Fatalf("xorb %s again: %d %s", x.hash, st, ans)
+					}
+				}
+				if st, ans := call(t, "POST", o.base()+"/v1/shards", w, f.shard); st != http.StatusOK {
+					t.Fatalf("shard of %s again: %d %s", f.hash, st, ans)
+				}
+				checkDownload(t, c, f.hash, f.data)
+			}
+		})
 	}
 }
 
 // TestGracefulStop checks that SIGTERM drains and exits 0.
 func TestGracefulStop(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	cmd := start(t, bin, dir, addr)
-	if st, _ := call(t, "GET", "http://"+addr+"/readyz", "", nil); st != 200 {
+	o := newOrigin(t, bin)
+	cmd := o.start(t)
+	if st, _ := call(t, "GET", o.base()+"/readyz", "", nil); st != 200 {
 		t.Fatalf("readyz %d", st)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -226,7 +227,7 @@ func TestGracefulStop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit within 30 s of SIGTERM")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "keys", "signing.pem")); err != nil {
+	if _, err := os.Stat(filepath.Join(o.dir, "keys", "signing.pem")); err != nil {
 		t.Fatalf("signing key: %v", err)
 	}
 }
