@@ -1,0 +1,220 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+)
+
+func (fx *reconFixture) answerCount(tb testing.TB, part, result string) float64 {
+	tb.Helper()
+	var m dto.Metric
+	if err := fx.srv.m.answerCache.WithLabelValues(part, result).Write(&m); err != nil {
+		tb.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// checkURLs decodes a v2 answer and checks that every entry's URL verifies (at the signer's
+// clock) and covers every byte range the entry lists.
+func (fx *reconFixture) checkURLs(tb testing.TB, body []byte) {
+	tb.Helper()
+	var ans struct {
+		Xorbs map[string][]struct {
+			URL    string `json:"url"`
+			Ranges []struct {
+				Bytes struct{ Start, End uint64 } `json:"bytes"`
+			} `json:"ranges"`
+		} `json:"xorbs"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		tb.Fatal(err)
+	}
+	for x, entries := range ans.Xorbs {
+		for _, e := range entries {
+			u, err := url.Parse(e.URL)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			h, signed, err := fx.signer.Verify(u.Path, u.RawQuery, *fx.now)
+			if err != nil || h.String() != x {
+				tb.Fatalf("xorb %s: URL %s: %v (hash %s)", x, e.URL, err, h)
+			}
+			var want []httprange.Range
+			for _, r := range e.Ranges {
+				want = append(want, httprange.Range{Kind: httprange.Closed, Start: r.Bytes.Start, End: r.Bytes.End})
+			}
+			if !urlsign.Allowed(signed, want) {
+				tb.Fatalf("xorb %s: URL signed for %v does not cover %v", x, signed, want)
+			}
+		}
+	}
+}
+
+// TestReconAnswerCache follows whole-file and ranged answers through the answer cache: every
+// answer is byte-identical to a fresh plan and encoding with the same (rounded) URL expiry, the
+// cache serves whole answers within one expiry interval and re-signs in the next, a refetched
+// record misses, and a file the metadata cache no longer returns is not served from the cache.
+func TestReconAnswerCache(t *testing.T) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
+	fx := newReconFixture(t, rec, layouts, Options{})
+	*fx.now = fx.now.Add(10 * time.Second) // off the minute: expiries are rounded up
+	type counts struct{ answerHit, answerMiss, termsHit, termsMiss float64 }
+	check := func(step string, version string, hdr string, rng *httprange.Range, want counts) []byte {
+		t.Helper()
+		w := fx.do(t, version, hdr)
+		if w.Code != 200 {
+			t.Fatalf("%s: status %d: %.200s", step, w.Code, w.Body.Bytes())
+		}
+		body := w.Body.Bytes()
+		if exp := fx.wantVersion(t, rng, version == "v2"); !bytes.Equal(body, exp) {
+			t.Fatalf("%s: answer of %d bytes differs from a fresh one of %d bytes", step, len(body), len(exp))
+		}
+		if cl := w.Header().Get("Content-Length"); rng == nil && cl != strconv.Itoa(len(body)) {
+			t.Fatalf("%s: Content-Length %q for %d bytes", step, cl, len(body))
+		}
+		if version == "v2" {
+			fx.checkURLs(t, body)
+		}
+		got := counts{fx.answerCount(t, "answer", "hit"), fx.answerCount(t, "answer", "miss"),
+			fx.answerCount(t, "terms", "hit"), fx.answerCount(t, "terms", "miss")}
+		if got != want {
+			t.Fatalf("%s: counters %+v, want %+v", step, got, want)
+		}
+		return body
+	}
+	first := check("whole, first", "v2", "", nil, counts{0, 1, 0, 0})
+	check("whole again", "v2", "", nil, counts{1, 1, 0, 0})
+	check("every byte as a range", "v2", "bytes=0-", nil, counts{2, 1, 0, 0})
+	check("v1: own rest, same terms", "v1", "", nil, counts{2, 2, 0, 0})
+	check("v1 again", "v1", "", nil, counts{3, 2, 0, 0})
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 0.0
+	for i := range 20 {
+		s := r.Uint64N(rec.Size)
+		rng := &httprange.Range{Kind: httprange.Closed, Start: s, End: s + r.Uint64N(rec.Size/uint64(1+i%4))}
+		version := []string{"v1", "v2"}[i%2]
+		n++
+		check(fmt.Sprintf("range %v %s", rng, version), version, "bytes="+strconv.FormatUint(rng.Start, 10)+"-"+strconv.FormatUint(rng.End, 10), rng,
+			counts{3, 2, n, 0})
+	}
+	*fx.now = fx.now.Add(time.Minute)
+	next := check("next minute: re-signed", "v2", "", nil, counts{3, 3, n, 0})
+	if bytes.Equal(first, next) {
+		t.Fatal("answers a minute apart are identical: expiry not advanced")
+	}
+	check("next minute again", "v2", "", nil, counts{4, 3, n, 0})
+
+	refetched := *rec
+	fx.meta.files[rec.Hash] = &refetched
+	check("refetched record: terms and answer encoded again", "v2", "", nil, counts{4, 4, n, 0})
+	fx.rec = &refetched
+	check("range of the refetched record", "v2", "bytes=100-", &httprange.Range{Kind: httprange.Open, Start: 100}, counts{4, 4, n + 1, 0})
+
+	delete(fx.meta.files, rec.Hash)
+	if w := fx.do(t, "v2", ""); w.Code == 200 {
+		t.Fatal("file no longer visible: answered 200 from the cache")
+	}
+}
+
+func TestReconRangedTermsOfLargeFile(t *testing.T) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt)
+	fx := newReconFixture(t, rec, layouts, Options{})
+	rng := &httprange.Range{Kind: httprange.Closed, Start: 1000, End: rec.Size / 2}
+	hdr := fmt.Sprintf("bytes=%d-%d", rng.Start, rng.End)
+	for i, want := range [][2]float64{{0, 1}, {1, 1}} {
+		w := fx.do(t, "v2", hdr)
+		if !bytes.Equal(w.Body.Bytes(), fx.want(t, rng)) {
+			t.Fatalf("request %d: answer differs from a fresh one", i)
+		}
+		if h, m := fx.answerCount(t, "terms", "hit"), fx.answerCount(t, "terms", "miss"); h != want[0] || m != want[1] {
+			t.Fatalf("request %d: terms hits %v misses %v, want %v", i, h, m, want)
+		}
+	}
+	small, slayouts := worstFile(t, 20, 64, rangedTermsAt-1)
+	fx = newReconFixture(t, small, slayouts, Options{})
+	fx.do(t, "v2", hdr)
+	if h, m := fx.answerCount(t, "terms", "hit"), fx.answerCount(t, "terms", "miss"); h+m != 0 || fx.srv.answers.used != 0 {
+		t.Fatalf("small file, ranged: terms hits %v misses %v, %d bytes cached; want nothing", h, m, fx.srv.answers.used)
+	}
+}
+
+func TestAnswerCache(t *testing.T) {
+	recA, _ := worstFile(t, 4, 32, 40)
+	recB, _ := worstFile(t, 4, 32, 48)
+	terms := func(rec *recon.FileRecord) *recon.Terms {
+		a, err := recon.Plan(rec, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt, err := recon.EncodeTerms(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	tA, tB := terms(recA), terms(recB)
+	costA, costB := entryOverhead+tA.Size(), entryOverhead+tB.Size()
+	restA := make([]byte, 100)
+	refetchedA := *recA
+
+	type op struct {
+		rec  *recon.FileRecord
+		rest bool  // putRest of restA after the terms
+		exp  int64 // its expiry
+	}
+	tests := []struct {
+		name     string
+		max      int64
+		ops      []op
+		lookup   *recon.FileRecord
+		exp      int64
+		terms    *recon.Terms // want
+		restHits bool
+	}{
+		{"empty", 1 << 20, nil, recA, 1, nil, false},
+		{"terms only", 1 << 20, []op{{recA, false, 0}}, recA, 1, tA, false},
+		{"terms and rest", 1 << 20, []op{{recA, true, 1}}, recA, 1, tA, true},
+		{"rest of another expiry", 1 << 20, []op{{recA, true, 1}}, recA, 2, tA, false},
+		{"older rest does not replace a newer", 1 << 20, []op{{recA, true, 2}, {recA, true, 1}}, recA, 2, tA, true},
+		{"other file", 1 << 20, []op{{recA, true, 1}}, recB, 1, nil, false},
+		{"same hash, other record", 1 << 20, []op{{recA, true, 1}}, &refetchedA, 1, nil, false},
+		{"both fit", costA + costB, []op{{recA, false, 0}, {recB, false, 0}}, recA, 1, tA, false},
+		{"LRU evicted", costA + costB - 1, []op{{recA, false, 0}, {recB, false, 0}}, recA, 1, nil, false},
+		{"newest kept", costA + costB - 1, []op{{recA, false, 0}, {recB, false, 0}}, recB, 1, tB, false},
+		{"rest over budget not stored", costA + 50, []op{{recA, true, 1}}, recA, 1, tA, false},
+		{"larger than the budget", costA - 1, []op{{recA, false, 0}}, recA, 1, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newAnswerCache(tc.max, newMetrics(nil))
+			for _, o := range tc.ops {
+				c.putTerms(o.rec, map[*recon.FileRecord]*recon.Terms{recA: tA, recB: tB}[o.rec])
+				if o.rest {
+					c.putRest(o.rec, true, o.exp, restA)
+				}
+			}
+			got, rest := c.lookup(tc.lookup, true, tc.exp)
+			if got != tc.terms || (rest != nil) != tc.restHits {
+				t.Fatalf("lookup: terms %p rest %v, want %p %v", got, rest != nil, tc.terms, tc.restHits)
+			}
+			if _, v1 := c.lookup(tc.lookup, false, tc.exp); v1 != nil {
+				t.Fatal("v1 lookup found the v2 rest")
+			}
+			if c.used > max(tc.max, 0) {
+				t.Fatalf("used %d > budget %d", c.used, tc.max)
+			}
+		})
+	}
+}
