@@ -68,7 +68,7 @@ func (s *Server) authorize(r *http.Request, need auth.Access) (*http.Request, er
 		}
 	} else {
 		var err error
-		if c, err = s.verifier.VerifyRequest(r); err != nil {
+		if c, err = s.tokens.VerifyRequest(r); err != nil {
 			return r, err
 		}
 	}

@@ -68,6 +68,9 @@ type Options struct {
 	ErrorRules []httpapi.Rule
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
+	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
+	// signature again (auth.CachingVerifier): 0 = auth.DefaultCacheTTL, < 0 = never cached.
+	TokenCacheTTL time.Duration
 }
 
 // Server serves the origin's routes. Build it with New; it is safe for concurrent use.
@@ -80,6 +83,7 @@ type Server struct {
 	now      func() time.Time
 	errs     *httpapi.Errors
 	verifier *auth.Verifier
+	tokens   *auth.CachingVerifier // verifier behind a cache of verified tokens; requests use this
 	jwks     []byte
 	signer   *urlsign.Signer
 	ingest   *ingest.Service
@@ -131,6 +135,7 @@ func New(o Options) (*Server, error) {
 		m:        newMetrics(o.Registerer),
 		draining: make(chan struct{}),
 	}
+	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
 	s.routes()
 	return s, nil

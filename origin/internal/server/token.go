@@ -35,7 +35,7 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	now := s.now()
 	ttl := s.cfg.Auth.CASTokenTTL.D()
 	if !s.cfg.DevNoAuth || auth.BearerToken(r) != "" {
-		c, err := s.verifier.VerifyRequest(r)
+		c, err := s.tokens.VerifyRequest(r)
 		if err != nil {
 			return err
 		}
