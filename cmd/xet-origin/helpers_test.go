@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,16 +84,41 @@ func (o *proc) start(t *testing.T) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(stderr)
-	var log []string
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"msg":"xet-origin serving"`) {
-			go io.Copy(io.Discard, stderr) // keep draining the log
+	lines := make(chan string, 64)
+	go func() { // the log: its non-INFO lines are shown when the test fails
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var head []string
+	for l := range lines {
+		head = append(head, l)
+		if strings.Contains(l, `"msg":"xet-origin serving"`) {
+			var mu sync.Mutex
+			var notable []string
+			go func() {
+				for l := range lines {
+					if !strings.Contains(l, `"level":"INFO"`) {
+						mu.Lock()
+						notable = append(notable[max(0, len(notable)-49):], l)
+						mu.Unlock()
+					}
+				}
+			}()
+			t.Cleanup(func() {
+				if t.Failed() {
+					mu.Lock()
+					t.Logf("origin log (not INFO, last 50 lines):\n%s", strings.Join(notable, "\n"))
+					mu.Unlock()
+				}
+			})
 			return cmd
 		}
-		log = append(log, sc.Text())
 	}
-	t.Fatalf("origin exited before serving: %v\n%s", sc.Err(), strings.Join(log, "\n"))
+	t.Fatalf("origin exited before serving:\n%s", strings.Join(head, "\n"))
 	return nil
 }
 
