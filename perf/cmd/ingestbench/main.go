@@ -10,7 +10,13 @@
 //
 // Mode "shards" uploads a pool of -pool-xorbs small xorbs once, then registers -n distinct
 // upload shards of -files files of -terms terms each, -concurrency at a time, with POST
-// /v1/shards, and reports shards/s, latency quantiles and the origin's CPU per shard.
+// /v1/shards, and reports shards/s, latency quantiles and the origin's CPU per shard; with
+// -profile (and -metrics) it saves a CPU profile of the origin as in xorbs mode.
+//
+// In both modes -db-comm NAME (e.g. postgres) also reports the CPU time of every process of
+// that command name (utime+stime, plus cutime+cstime of exited children), read from /proc
+// before and after the run, and every run prints the load average before and after it: on a
+// shared machine, CPU per upload is the steadier number.
 //
 // Every run uses fresh content (seeded from the clock unless -seed is set), so every upload is
 // new work for the origin.
@@ -21,6 +27,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -30,6 +37,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +51,7 @@ import (
 
 type config struct {
 	url, wtok, mode, metrics, profile string
+	dbComm                            string
 	insecure                          bool
 	seed                              uint64
 	serverPID                         int
@@ -60,7 +69,8 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", uint64(time.Now().UnixNano()), "content seed (default: the clock, so every run uploads new content)")
 	flag.IntVar(&c.serverPID, "server-pid", 0, "origin process id, for its CPU time from /proc")
 	flag.StringVar(&c.metrics, "metrics", "", "origin admin /metrics URL (validation seconds)")
-	flag.StringVar(&c.profile, "profile", "", "xorbs mode: save a CPU profile of the origin during the run to this file (needs -metrics)")
+	flag.StringVar(&c.profile, "profile", "", "save a CPU profile of the origin during the run to FILE.1, FILE.2, ... (needs -metrics)")
+	flag.StringVar(&c.dbComm, "db-comm", "", "also report the CPU time of all processes with this command name (e.g. postgres)")
 	flag.IntVar(&c.n, "n", 0, "uploads (default 16 xorbs or 2000 shards)")
 	flag.IntVar(&c.concurrency, "concurrency", 4, "concurrent uploads")
 	flag.IntVar(&c.chunks, "chunks", 1024, "xorbs mode: chunks per xorb")
@@ -97,28 +107,82 @@ func cmpOr(v, def int) int {
 
 // usage is what a run cost: wall time, the origin's CPU time (when known) and ours.
 type usage struct {
-	wall, server, self time.Duration
-	serverKnown        bool
+	wall, server, self, db time.Duration
+	serverKnown, dbKnown   bool
+	load0, load1           string // load averages before and after
+}
+
+// report prints the database's CPU (when measured) per unit and the load averages.
+func (u usage) report(n int, unit string, dbComm string) {
+	if u.dbKnown {
+		fmt.Printf("%s cpu: %.2f s = %.2f ms per %s, %.2f cores busy\n", dbComm, u.db.Seconds(),
+			u.db.Seconds()*1000/float64(n), unit, u.db.Seconds()/u.wall.Seconds())
+	}
+	fmt.Printf("load average: before %s, after %s\n", u.load0, u.load1)
 }
 
 type meter struct {
 	pid          int
+	dbComm       string
 	start        time.Time
 	server, self time.Duration
+	db           time.Duration
+	load         string
 	err          error
 }
 
-func startMeter(pid int) *meter {
-	m := &meter{pid: pid, start: time.Now()}
+func startMeter(pid int, dbComm string) *meter {
+	m := &meter{pid: pid, dbComm: dbComm, start: time.Now(), load: loadAvg()}
 	m.self, _ = fixture.ProcCPU(os.Getpid())
 	if pid > 0 {
 		m.server, m.err = fixture.ProcCPU(pid)
 	}
+	if dbComm != "" {
+		m.db = commCPU(dbComm)
+	}
 	return m
 }
 
+// loadAvg returns the three load averages of /proc/loadavg, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// commCPU sums utime, stime, cutime and cstime of every process whose command name is comm
+// (children that exited are counted by their parent). Unreadable processes are skipped.
+func commCPU(comm string) time.Duration {
+	ents, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || string(b[open+1:end]) != comm {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:])) // f[0] is field 3; utime..cstime are fields 14..17
+		for _, v := range f[min(11, len(f)):min(15, len(f))] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
 func (m *meter) stop() usage {
-	u := usage{wall: time.Since(m.start)}
+	u := usage{wall: time.Since(m.start), load0: m.load, load1: loadAvg()}
+	if m.dbComm != "" {
+		u.db, u.dbKnown = commCPU(m.dbComm)-m.db, true
+	}
 	self, _ := fixture.ProcCPU(os.Getpid())
 	u.self = self - m.self
 	if m.pid > 0 && m.err == nil {
@@ -173,7 +237,7 @@ func xorbs(ctx context.Context, c *config) error {
 
 	var mu sync.Mutex
 	var lat []time.Duration
-	m := startMeter(c.serverPID)
+	m := startMeter(c.serverPID, c.dbComm)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.concurrency)
 	for i := range ups {
@@ -209,6 +273,7 @@ func xorbs(ctx context.Context, c *config) error {
 			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), mb/u.server.Seconds(), u.server.Seconds()/u.wall.Seconds(),
 			u.self.Seconds())
 	}
+	u.report(c.n, "xorb", c.dbComm)
 	if c.metrics != "" {
 		val1, err := fixture.MetricSum(ctx, admin, c.metrics, valKey, `kind="xorb"`)
 		if err != nil {
@@ -279,9 +344,20 @@ func shards(ctx context.Context, c *config) error {
 	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) in %v\n", c.pool, c.n, c.files, c.terms,
 		len(bodies[0]), time.Since(t0).Round(time.Millisecond))
 
+	profDone := make(chan error, 1)
+	pctx, cancelProf := context.WithCancel(ctx)
+	defer cancelProf()
+	if c.profile != "" && c.metrics != "" {
+		go func() {
+			profDone <- profile(pctx, &http.Client{}, strings.TrimSuffix(c.metrics, "/metrics"), c.profile)
+		}()
+	} else {
+		profDone <- nil
+	}
+
 	var mu sync.Mutex
 	var lat []time.Duration
-	m := startMeter(c.serverPID)
+	m := startMeter(c.serverPID, c.dbComm)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.concurrency)
 	for i := range bodies {
@@ -304,12 +380,17 @@ func shards(ctx context.Context, c *config) error {
 		return err
 	}
 	u := m.stop()
+	cancelProf()
+	if err := <-profDone; err != nil {
+		fmt.Fprintln(os.Stderr, "ingestbench: profile:", err)
+	}
 	fmt.Printf("shards: n=%d concurrency=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
 		c.n, c.concurrency, c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
 	if u.serverKnown {
 		fmt.Printf("origin cpu: %.2f s = %.2f ms per shard, %.2f cores busy; ingestbench itself %.2f s\n",
 			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), u.server.Seconds()/u.wall.Seconds(), u.self.Seconds())
 	}
+	u.report(c.n, "shard", c.dbComm)
 	return nil
 }
 
