@@ -80,6 +80,7 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 		NextProtos: []string{"h2", "http/1.1"}}
 	tcp := newHTTPServer(AltSvc(main, l.Port()), log)
 	tcp.TLSConfig = tlsConf
+	tcp.ConnContext = batchContext
 	h3 := &http3.Server{Handler: main, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
 		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})}
 
@@ -95,7 +96,7 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 			return nil
 		})
 	}
-	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(l.TLS, "", "") })
+	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(newBatchListener(l.TLS), "", "") })
 	stops = append(stops, tcp)
 	serve("h3", l.QUIC.LocalAddr().String(), func() error { return h3.Serve(l.QUIC) })
 	stops = append(stops, h3)

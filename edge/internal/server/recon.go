@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -84,7 +85,7 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	signer := s.o.Signer.At(exp)
 	whole := wholeRange(rec, rng)
 	if whole && s.answers.enabled() && s.o.URLExpiryRound > 0 {
-		return s.writeWhole(ctx, w, rec, v2, exp.Unix(), signer)
+		return s.writeWhole(w, r, rec, v2, exp.Unix(), signer)
 	}
 	var terms *recon.Terms
 	if !whole && s.answers.enabled() {
@@ -104,12 +105,15 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 			s.m.parallel.Inc()
 		}
 	}
+	end := startBatch(w, r)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if v2 {
-		return enc.WriteV2Terms(w, a, signer, terms)
+		err = enc.WriteV2Terms(w, a, signer, terms)
+	} else {
+		err = enc.WriteV1Terms(w, a, signer, terms)
 	}
-	return enc.WriteV1Terms(w, a, signer, terms)
+	return errors.Join(err, end())
 }
 
 // wholeRange reports whether rng (nil: none) asks for every byte of rec: the same answer as
@@ -128,11 +132,11 @@ func wholeRange(rec *recon.FileRecord, rng *httprange.Range) bool {
 // writeWhole writes rec's whole-file answer signed for expiry exp from the answer cache,
 // encoding and caching what is missing: the terms (once per record) and the rest (once per
 // record, version and expiry).
-func (s *Server) writeWhole(ctx context.Context, w http.ResponseWriter, rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) error {
+func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) error {
 	terms, rest := s.answers.lookup(rec, v2, exp)
 	s.m.countAnswer("answer", rest != nil)
 	if rest == nil {
-		a, err := s.plan(ctx, rec, true, nil)
+		a, err := s.plan(r.Context(), rec, true, nil)
 		if err != nil {
 			return err
 		}
@@ -152,15 +156,16 @@ func (s *Server) writeWhole(ctx context.Context, w http.ResponseWriter, rec *rec
 		s.answers.putRest(rec, v2, exp, rest)
 	}
 	prefix := terms.Prefix()
+	end := startBatch(w, r)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(prefix)+len(rest)))
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(prefix); err != nil {
-		return err
+	_, err := w.Write(prefix)
+	if err == nil {
+		_, err = w.Write(rest)
 	}
-	_, err := w.Write(rest)
-	return err
+	return errors.Join(err, end())
 }
 
 // rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
