@@ -11,9 +11,14 @@ import (
 )
 
 // DefaultAnswerCacheBytes is the answer cache budget when Options.AnswerCacheBytes is 0: about
-// eight 100,000-term worst-case files answered in both versions (12 MB of terms, 2 MB of v2
-// and 9 MB of v1 URLs and ranges each), or tens of thousands of ordinary files.
+// a dozen 100,000-term files (13 MB of encoded terms each, plus the signed rest of each
+// version: a few hundred KB when each xorb's ranges merge, several MB when none do), or tens
+// of thousands of ordinary files.
 const DefaultAnswerCacheBytes = 192 << 20
+
+// termBytes over-estimates one encoded term, to keep files whose terms would take more than
+// half the budget out of the cache (they are encoded on the fly, as without a cache).
+const termBytes = 160
 
 // rangedTermsAt is the term count from which a ranged request of a file whose terms are not
 // cached encodes the whole file's terms once, for the next ranged requests to copy.
@@ -64,7 +69,8 @@ func newAnswerCache(max int64, m *metrics) *answerCache {
 	return &answerCache{max: max, m: m, order: list.New(), byKey: make(map[hash.Hash]*list.Element)}
 }
 
-func (c *answerCache) enabled() bool { return c.max > 0 }
+// usable reports whether the cache is on and a file of n terms may be cached.
+func (c *answerCache) usable(n int) bool { return c.max > 0 && int64(n)*termBytes <= c.max/2 }
 
 func version(v2 bool) int {
 	if v2 {

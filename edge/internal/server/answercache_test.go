@@ -218,3 +218,24 @@ func TestAnswerCache(t *testing.T) {
 		})
 	}
 }
+
+// TestReconAnswerCacheSkipsHugeFiles: a file whose terms would take more than half the
+// budget is answered without the cache, correctly.
+func TestReconAnswerCacheSkipsHugeFiles(t *testing.T) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
+	fx := newReconFixture(t, rec, layouts, Options{AnswerCacheBytes: int64(len(rec.Terms)) * termBytes * 2})
+	fx2 := newReconFixture(t, rec, layouts, Options{AnswerCacheBytes: int64(len(rec.Terms))*termBytes*2 - 1})
+	for _, tc := range []struct {
+		fx     *reconFixture
+		cached bool
+	}{{fx, true}, {fx2, false}} {
+		for range 2 {
+			if code, body := tc.fx.get(t, ""); code != 200 || !bytes.Equal(body, tc.fx.want(t, nil)) {
+				t.Fatalf("budget %d: status %d or answer differs", tc.fx.srv.answers.max, code)
+			}
+		}
+		if got := tc.fx.answerCount(t, "answer", "hit") == 1 && tc.fx.srv.answers.used > 0; got != tc.cached {
+			t.Fatalf("budget %d: cached %v, want %v", tc.fx.srv.answers.max, got, tc.cached)
+		}
+	}
+}

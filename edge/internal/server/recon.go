@@ -84,11 +84,12 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	exp := s.o.Signer.Expiry(s.o.URLExpiryRound)
 	signer := s.o.Signer.At(exp)
 	whole := wholeRange(rec, rng)
-	if whole && s.answers.enabled() && s.o.URLExpiryRound > 0 {
+	cacheable := s.answers.usable(len(rec.Terms))
+	if whole && cacheable && s.o.URLExpiryRound > 0 {
 		return s.writeWhole(w, r, rec, v2, exp.Unix(), signer)
 	}
 	var terms *recon.Terms
-	if !whole && s.answers.enabled() {
+	if !whole && cacheable {
 		if terms, err = s.rangedTerms(ctx, rec); err != nil {
 			return err
 		}
