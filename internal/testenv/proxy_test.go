@@ -87,3 +87,54 @@ func TestProxyTargetDown(t *testing.T) {
 		t.Fatalf("a proxy to a dead service answered %q", got)
 	}
 }
+
+func TestProxyStall(t *testing.T) {
+	p := NewProxy(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, "one"); err != nil || got != "one\n" {
+		t.Fatalf("before the stall: %q, %v", got, err)
+	}
+
+	p.Stall()
+	stalled := func(c net.Conn) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		io.WriteString(c, "lost\n")
+		var b [1]byte
+		if n, err := c.Read(b[:]); n > 0 || !isTimeout(err) {
+			t.Fatalf("during the stall: read %d bytes, %v; want a timeout", n, err)
+		}
+	}
+	stalled(c)
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("a stalled proxy refuses connections: %v", err)
+	}
+	defer c2.Close()
+	stalled(c2)
+
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	c2.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c2.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection held during the stall survives the restore")
+	}
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, "three"); err != nil || got != "three\n" {
+		t.Fatalf("after restore: %q, %v", got, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
