@@ -83,6 +83,12 @@ func newEnv(t testing.TB, b backend, opts ...envOption) *env {
 
 func newEnvWith(t testing.TB, idx index.Index, objs Objects, opts ...envOption) *env {
 	t.Helper()
+	return newEnvOptions(t, idx, objs, nil, opts...)
+}
+
+// newEnvOptions is newEnvWith with a last say on the server's Options (may be nil).
+func newEnvOptions(t testing.TB, idx index.Index, objs Objects, edit func(*Options), opts ...envOption) *env {
+	t.Helper()
 	dir := t.TempDir()
 	k, err := keys.Load(filepath.Join(dir, "keys"), nil, true)
 	if err != nil {
@@ -102,7 +108,11 @@ func newEnvWith(t testing.TB, idx index.Index, objs Objects, opts ...envOption) 
 	}
 	clk := &clock{t: time.Now().Truncate(time.Second)}
 	reg := prometheus.NewRegistry()
-	srv, err := New(Options{Config: &cfg, Index: idx, Objects: objs, Keys: k, Registerer: reg, Now: clk.Now})
+	o := Options{Config: &cfg, Index: idx, Objects: objs, Keys: k, Registerer: reg, Now: clk.Now}
+	if edit != nil {
+		edit(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	ErrorRules []httpapi.Rule
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
+	// DependencyTimeout bounds every call to the index and the object store, so that a
+	// dependency that stops answering gets 503s instead of hung requests (deadline.go):
+	// 0 = DefaultDependencyTimeout, < 0 = unbounded.
+	DependencyTimeout time.Duration
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
 	// signature again (auth.CachingVerifier): 0 = auth.DefaultCacheTTL, < 0 = never cached.
 	TokenCacheTTL time.Duration
@@ -118,6 +122,13 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	rules := append(append([]httpapi.Rule(nil), o.ErrorRules...), baseRules()...)
+	if o.DependencyTimeout == 0 {
+		o.DependencyTimeout = DefaultDependencyTimeout
+	}
+	if o.DependencyTimeout > 0 {
+		o.Index = newBoundedIndex(o.Index, o.DependencyTimeout)
+		o.Objects = &boundedObjects{Objects: o.Objects, d: o.DependencyTimeout}
+	}
 	s := &Server{
 		cfg:  o.Config,
 		idx:  o.Index,
