@@ -239,3 +239,34 @@ func TestReconAnswerCacheSkipsHugeFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestReconEmptyFile: the empty file (all-zero hash) is answered in every scope, from the
+// answer cache after the first request; a range past its end is 416.
+func TestReconEmptyFile(t *testing.T) {
+	rec, layouts := worstFile(t, 2, 32, 4)
+	fx := newReconFixture(t, rec, layouts, Options{})
+	empty, err := recon.Plan(&recon.FileRecord{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := recon.WriteV2(&want, empty, fx.signer); err != nil {
+		t.Fatal(err)
+	}
+	fx.rec = &recon.FileRecord{} // fx.do asks for fx.rec.Hash: the zero hash
+	for i, tc := range []struct {
+		hdr    string
+		status int
+	}{{"", 200}, {"", 200}, {"bytes=0-", 200}, {"bytes=5-", 416}} {
+		w := fx.do(t, "v2", tc.hdr)
+		if w.Code != tc.status {
+			t.Fatalf("request %d (%q): status %d, want %d", i, tc.hdr, w.Code, tc.status)
+		}
+		if tc.status == 200 && !bytes.Equal(w.Body.Bytes(), want.Bytes()) {
+			t.Fatalf("request %d: %s, want %s", i, w.Body.Bytes(), want.Bytes())
+		}
+	}
+	if h := fx.answerCount(t, "answer", "hit"); h != 1 {
+		t.Fatalf("answer cache hits %v, want 1 (the second whole-file request)", h)
+	}
+}

@@ -39,7 +39,7 @@ func (s *Server) file(ctx context.Context, r *http.Request) (*recon.FileRecord, 
 		return nil, err
 	}
 	if h.IsZero() {
-		return &recon.FileRecord{}, nil
+		return s.empty, nil // one record, so that the plan and answer caches keep its answer
 	}
 	return s.o.Meta.File(ctx, h, claims(ctx).Scope)
 }

@@ -115,6 +115,7 @@ type Server struct {
 	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
 	plans      *planCache
 	answers    *answerCache
+	empty      *recon.FileRecord // the empty file's record (never modified)
 	maxWriters int
 	tokens     *tokenCache
 }
@@ -152,6 +153,7 @@ func New(o Options) (*Server, error) {
 	s.bufs.New = func() any { return new([copyBufLen]byte) }
 	s.plans = newPlanCache(o.PlanCacheBytes)
 	s.answers = newAnswerCache(o.AnswerCacheBytes, s.m)
+	s.empty = &recon.FileRecord{}
 	s.tokens = newTokenCache(o.Tokens, o.TokenCacheTTL, tokenCacheEntries, o.Now)
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
