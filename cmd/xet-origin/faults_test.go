@@ -7,6 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -275,4 +276,178 @@ func TestDependencyOutage(t *testing.T) {
 		checkDownload(t, c, pending.hash, pending.data)
 		checkDownload(t, c, stored.hash, stored.data)
 	})
+}
+
+// flapLog counts the answers of TestDependencyFlapping.
+type flapLog struct {
+	mu        sync.Mutex
+	ok, unav  int
+	files     []fileUp
+	fileAcked map[hash.Hash]bool
+	events    chan struct{} // an answer came
+}
+
+func (l *flapLog) counts() (ok, unav int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok, l.unav
+}
+
+// TestDependencyFlapping cuts and restores PostgreSQL and MinIO, in turns, under concurrent
+// uploads and downloads. Every request must be answered, and only with success or "try again"
+// (503 with Retry-After, or a retryable error frame): a connection dying in the middle of a
+// query or a PUT is never a 500. Afterwards every acknowledged file downloads byte-exact and
+// every other one is whole or absent.
+func TestDependencyFlapping(t *testing.T) {
+	bin := buildBinary(t)
+	pgAddr, s3Addr := services(t)
+	pg := testenv.NewProxy(t, pgAddr)
+	s3 := testenv.NewProxy(t, s3Addr)
+	o := newOrigin(t, bin)
+	production(t, o, pg.Addr(), s3.Addr())
+	o.start(t)
+	const scope = "models/flap/test"
+	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
+	log := &flapLog{fileAcked: map[hash.Hash]bool{}, events: make(chan struct{}, 1<<16)}
+
+	// record counts one answer; it reports whether the request succeeded.
+	record := func(what string, a answer, err error, success func(answer) bool) bool {
+		defer func() { log.events <- struct{}{} }()
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		switch {
+		case err != nil && what == "GET transfer" && a.status == http.StatusPartialContent:
+			log.unav++ // the store died mid-body: the short body tells the client to retry
+		case err != nil:
+			t.Errorf("%s: no answer after %v: %v", what, a.took, err)
+		case a.took > outageBound:
+			t.Errorf("%s: answered after %v (bound %v)", what, a.took, outageBound)
+		case success(a):
+			log.ok++
+			return true
+		case a.status == http.StatusServiceUnavailable && a.header.Get("Retry-After") != "":
+			log.unav++
+		case a.status == http.StatusOK && lastFrame(a.body).Type == "error" && lastFrame(a.body).Retryable != nil && *lastFrame(a.body).Retryable:
+			log.unav++
+		default:
+			t.Errorf("%s: %d %q: neither success nor try-again", what, a.status, a.body)
+		}
+		return false
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(i), 5))
+			var mine []fileUp // acknowledged files this worker reads back
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f := makeFile(makeXorb(rng, 3), makeXorb(rng, 3))
+				stored := true
+				for _, x := range f.xorbs {
+					a, err := do("POST", o.base()+x.path(), w, x.body)
+					if !record("POST xorb", a, err, func(a answer) bool { return a.status == http.StatusOK }) {
+						stored = false
+					}
+				}
+				if stored {
+					path := []string{"/v1/shards", "/v2/shards"}[n%2]
+					log.mu.Lock()
+					log.files = append(log.files, f)
+					log.mu.Unlock()
+					a, err := do("POST", o.base()+path, w, f.shard)
+					if record("POST "+path, a, err, func(a answer) bool { return shardAccepted(path, a) }) {
+						log.mu.Lock()
+						log.fileAcked[f.hash] = true
+						log.mu.Unlock()
+						mine = append(mine, f)
+					}
+				}
+				if len(mine) > 0 { // a reconstruction and a transfer of an earlier file
+					g := mine[rng.IntN(len(mine))]
+					a, err := do("GET", o.base()+"/v2/reconstructions/"+g.hash.String(), r, nil)
+					if record("GET reconstruction", a, err, func(a answer) bool { return a.status == http.StatusOK }) {
+						u, rh := firstFetch(a.body)
+						a, err := do("GET", u, "", nil, "Range", rh)
+						record("GET transfer", a, err, func(a answer) bool { return a.status == http.StatusPartialContent })
+					}
+				}
+			}
+		}()
+	}
+	// Each round cuts one dependency until some requests were refused, then restores it until
+	// some succeeded again.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for !cond() {
+			select {
+			case <-log.events:
+			case <-deadline:
+				close(stop)
+				wg.Wait()
+				t.Fatalf("%s: not within 20 s", what)
+			}
+		}
+	}
+	for round := range 4 {
+		p, name := pg, "postgres"
+		if round%2 == 1 {
+			p, name = s3, "minio"
+		}
+		_, unav := log.counts()
+		p.Cut()
+		waitFor(name+" cut: 3 requests refused", func() bool { _, u := log.counts(); return u >= unav+3 })
+		if err := p.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		ok, _ := log.counts()
+		waitFor(name+" restored: 10 requests served", func() bool { k, _ := log.counts(); return k >= ok+10 })
+	}
+	close(stop)
+	wg.Wait()
+	ok, unav := log.counts()
+	t.Logf("%d requests served, %d refused with 503 or a retryable frame", ok, unav)
+
+	c := o.client(t, r)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, f := range log.files {
+		got, err := download(c, f.hash)
+		switch {
+		case log.fileAcked[f.hash] && err != nil:
+			t.Errorf("acknowledged file %s: %v", f.hash, err)
+		case err != nil && !errors.Is(err, xetclient.ErrNotFound):
+			t.Errorf("refused file %s is half registered: %v", f.hash, err)
+		case err == nil && string(got) != string(f.data):
+			t.Errorf("file %s downloads %d bytes that differ from the %d uploaded", f.hash, len(got), len(f.data))
+		}
+	}
+}
+
+// firstFetch returns the transfer URL and Range header of the first term of a /v2
+// reconstruction answer ("" when it has none).
+func firstFetch(body []byte) (string, string) {
+	var a struct {
+		Terms []struct {
+			Hash hash.Hash `json:"hash"`
+		} `json:"terms"`
+		Xorbs map[string][]struct {
+			URL    string `json:"url"`
+			Ranges []struct {
+				Bytes struct{ Start, End uint64 } `json:"bytes"`
+			} `json:"ranges"`
+		} `json:"xorbs"`
+	}
+	if json.Unmarshal(body, &a) != nil || len(a.Terms) == 0 {
+		return "", ""
+	}
+	e := a.Xorbs[a.Terms[0].Hash.String()][0]
+	return e.URL, fmt.Sprintf("bytes=%d-%d", e.Ranges[0].Bytes.Start, e.Ranges[0].Bytes.End)
 }
