@@ -215,6 +215,8 @@ func NewChunker() *Chunker { return NewKeyedHasher(DataKey) }
 var (
 	chunkPool  = sync.Pool{New: func() any { return NewKeyedHasher(DataKey) }}
 	verifyPool = sync.Pool{New: func() any { return NewKeyedHasher(VerificationKey) }}
+	nodePool   = sync.Pool{New: func() any { return NewKeyedHasher(InternalNodeKey) }}
+	filePool   = sync.Pool{New: func() any { return NewKeyedHasher(Zero) }}
 )
 
 // Chunk returns the chunk hash: blake3 keyed with DataKey over the uncompressed chunk bytes.
@@ -245,8 +247,9 @@ func Merkle(leaves []Leaf) Hash {
 	level := make([]Leaf, len(leaves))
 	copy(level, leaves)
 	buf := make([]byte, 0, 9*(2*Size+24))
-	// One keyed hasher for every node: a fresh one per node costs a key schedule and an allocation.
-	node := NewKeyedHasher(InternalNodeKey)
+	// One pooled keyed hasher for every node: a fresh one costs a key schedule and an allocation.
+	node := nodePool.Get().(*KeyedHasher)
+	defer nodePool.Put(node)
 	for len(level) > 1 {
 		next := level[:0]
 		for i := 0; i < len(level); {
@@ -293,7 +296,12 @@ func FileWithSalt(chunks []Leaf, salt Hash) Hash {
 		return Zero
 	}
 	root := Merkle(chunks)
-	return Keyed(salt, root[:])
+	if salt != Zero {
+		return Keyed(salt, root[:])
+	}
+	k := filePool.Get().(*KeyedHasher)
+	defer filePool.Put(k)
+	return k.Sum(root[:])
 }
 
 // Verification returns the term verification (range) hash of the given chunk hashes, in order.
