@@ -40,7 +40,9 @@ func (c *crashLog) ready(files, shards int) bool {
 func (c *crashLog) upload(t *testing.T, base, tok string, f fileUp, shardPath string) bool {
 	for _, x := range f.xorbs {
 		c.mu.Lock()
-		c.xorbSent[x.hash] = c.xorbSent[x.hash] // sent, not (yet) acknowledged
+		if _, seen := c.xorbSent[x.hash]; !seen {
+			c.xorbSent[x.hash] = false // sent, not (yet) acknowledged
+		}
 		c.mu.Unlock()
 		a, err := do("POST", base+x.path(), tok, x.body)
 		if err != nil {
