@@ -76,7 +76,7 @@ type Options struct {
 	// ParallelAt is the term count from which an answer takes extra writer permits.
 	ParallelAt int
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
-	// signature again (never past its expiry); 0 means DefaultTokenCacheTTL, negative disables.
+	// signature again (never past its expiry); 0 means auth.DefaultCacheTTL, negative disables.
 	TokenCacheTTL time.Duration
 	// PlanCacheBytes bounds the cache of whole-file plans; 0 means DefaultPlanCacheBytes,
 	// negative disables it.
@@ -117,7 +117,7 @@ type Server struct {
 	answers    *answerCache
 	empty      *recon.FileRecord // the empty file's record (never modified)
 	maxWriters int
-	tokens     *tokenCache
+	tokens     *auth.CachingVerifier
 }
 
 // New builds a Server.
@@ -133,9 +133,6 @@ func New(o Options) (*Server, error) {
 	}
 	if o.ParallelAt <= 0 {
 		o.ParallelAt = 20000
-	}
-	if o.TokenCacheTTL == 0 {
-		o.TokenCacheTTL = DefaultTokenCacheTTL
 	}
 	if o.PlanCacheBytes == 0 {
 		o.PlanCacheBytes = DefaultPlanCacheBytes
@@ -154,7 +151,7 @@ func New(o Options) (*Server, error) {
 	s.plans = newPlanCache(o.PlanCacheBytes)
 	s.answers = newAnswerCache(o.AnswerCacheBytes, s.m)
 	s.empty = &recon.FileRecord{}
-	s.tokens = newTokenCache(o.Tokens, o.TokenCacheTTL, tokenCacheEntries, o.Now)
+	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
