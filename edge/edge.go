@@ -103,6 +103,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		Meta: meta, Bytes: data.bytes, Tokens: verifier, Signer: signer,
 		Origin: client.Base(), Transport: client.Transport(),
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
+		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
 		Ready: func(ctx context.Context) error {
 			perr := client.Ping(ctx)

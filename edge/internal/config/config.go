@@ -64,6 +64,10 @@ type Cache struct {
 	DataDir       string   `json:"data_dir"`       // default DataDir/xorbs
 	DataBytes     int64    `json:"data_bytes"`     // on-disk xorb bytes
 	VisibilityTTL Duration `json:"visibility_ttl"` // how long a (file, scope) check is trusted
+	// PlanBytes bounds the cache of whole-file reconstruction plans; < 0 turns it off.
+	PlanBytes int64 `json:"plan_bytes"`
+	// AnswerBytes bounds the cache of encoded reconstruction answers; < 0 turns it off.
+	AnswerBytes int64 `json:"answer_bytes"`
 }
 
 // Auth configures keys and lifetimes.
@@ -99,6 +103,8 @@ func Default() Config {
 			MetaEntries:   100_000,
 			DataBytes:     64 << 30,
 			VisibilityTTL: Duration(30 * time.Second),
+			PlanBytes:     64 << 20,
+			AnswerBytes:   192 << 20,
 		},
 		Auth: Auth{
 			TransferURLTTL: Duration(time.Hour),
