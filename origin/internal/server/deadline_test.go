@@ -302,3 +302,23 @@ func TestStalledDependencies(t *testing.T) {
 		}
 	})
 }
+
+func TestDependencyTimeoutDefault(t *testing.T) {
+	for _, c := range []struct {
+		set  time.Duration
+		want time.Duration // 0 = unbounded
+	}{{0, DefaultDependencyTimeout}, {time.Second, time.Second}, {-1, 0}} {
+		idx, objs := sqliteLocal().open(t)
+		e := newEnvOptions(t, idx, objs, func(o *Options) { o.DependencyTimeout = c.set })
+		bi, isIdx := e.srv.idx.(*boundedIndex)
+		bo, isObj := e.srv.objs.(*boundedObjects)
+		switch {
+		case c.want == 0 && (isIdx || isObj):
+			t.Errorf("DependencyTimeout %v: calls are bounded", c.set)
+		case c.want != 0 && (!isIdx || !isObj):
+			t.Errorf("DependencyTimeout %v: index %T, objects %T, want both bounded", c.set, e.srv.idx, e.srv.objs)
+		case c.want != 0 && (bi.d != c.want || bo.d != c.want):
+			t.Errorf("DependencyTimeout %v: bounds %v and %v, want %v", c.set, bi.d, bo.d, c.want)
+		}
+	}
+}
