@@ -133,6 +133,7 @@ func TestDependencyOutage(t *testing.T) {
 	o.start(t)
 	const scope = "models/outage/test"
 	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
+	edge := o.token(t, "", "edge")
 	c := o.client(t, r)
 	rng := mrand.New(mrand.NewPCG(11, 11))
 	file := func() fileUp { return makeFile(makeXorb(rng, 4), makeXorb(rng, 4)) }
@@ -160,6 +161,18 @@ func TestDependencyOutage(t *testing.T) {
 			{"GET /v1/chunks", "GET", "/v1/chunks/default-merkledb/" + chunk.String(), r, nil, nil},
 			{"HEAD /v1/xorbs", "HEAD", f.xorbs[1].path(), r, nil, nil},
 		}, probe{"GET transfer", "GET", transfer, "", nil, []string{"Range", rangeHdr}}
+	}
+	// internal are the edges' routes for a registered file: the file record, its visibility,
+	// the revocation events, and a stored xorb (which needs the object store too). The layouts
+	// route is apart: layouts are cached without expiry, so it may keep answering from memory.
+	internal := func(f fileUp) (index []probe, objects, layouts probe) {
+		x := f.xorbs[1].hash.String()
+		return []probe{
+				{"GET /internal/v1/files", "GET", "/internal/v1/files/" + f.hash.String() + "?scope=" + scope, edge, nil, nil},
+				{"HEAD /internal/v1/files", "HEAD", "/internal/v1/files/" + f.hash.String() + "?scope=" + scope, edge, nil, nil},
+				{"GET /internal/v1/events", "GET", "/internal/v1/events?after=0&wait=0", edge, nil, nil},
+			}, probe{"GET /internal/v1/xorbs", "GET", "/internal/v1/xorbs/" + x, edge, nil, nil},
+			probe{"GET /internal/v1/layouts", "GET", "/internal/v1/layouts?h=" + x, edge, nil, nil}
 	}
 	// writes are the write routes for a fresh xorb and a file whose xorbs are stored.
 	writes := func(x xorbUp, f fileUp) []probe {
@@ -215,10 +228,15 @@ func TestDependencyOutage(t *testing.T) {
 		}
 		expectStatus(t, o, objects, http.StatusPartialContent)
 
+		edgeIndex, edgeObjects, edgeLayouts := internal(cold)
+
 		pg.Cut()
 		during(t, "postgres down")
-		for _, p := range append(append(writes(fresh, pending), index...), objects) {
-			expectUnavailable(t, o, p) // the transfer route asks the index for the xorb's size
+		for _, p := range append(append(append(writes(fresh, pending), index...), edgeIndex...), objects, edgeObjects) {
+			expectUnavailable(t, o, p) // the transfer routes ask the index for the xorb's size
+		}
+		if a, err := edgeLayouts.send(o); err != nil || (a.status != http.StatusOK && a.status != http.StatusServiceUnavailable) {
+			t.Errorf("%s while postgres is down: %d %s %v, want 200 (cached) or 503", edgeLayouts.name, a.status, a.body, err)
 		}
 		// A cached reconstruction may be answered from memory for at most the visibility TTL
 		// (index.DefaultVisibilityTTL, 2 s) after it was last confirmed; after that it needs the
@@ -237,7 +255,7 @@ func TestDependencyOutage(t *testing.T) {
 
 		restore(t, pg)
 		noTrace(t, fresh, pending)
-		for _, p := range index {
+		for _, p := range append(append(index, edgeIndex...), edgeObjects, edgeLayouts) {
 			expectStatus(t, o, p, http.StatusOK)
 		}
 		expectStatus(t, o, objects, http.StatusPartialContent)
@@ -256,13 +274,17 @@ func TestDependencyOutage(t *testing.T) {
 		upload(t, pending, false)
 		fresh := makeXorb(rng, 3)
 		index, objects := reads(stored, transfer, rangeHdr)
+		edgeIndex, edgeObjects, edgeLayouts := internal(stored)
+		index = append(append(index, edgeIndex...), edgeLayouts)
 
 		s3.Cut()
 		during(t, "minio down")
 		xorbPost := writes(fresh, pending)[0]
 		expectUnavailable(t, o, xorbPost)
 		expectUnavailable(t, o, objects)
-		// Reconstructions, file and xorb HEADs and dedup answers come from the index alone, and
+		expectUnavailable(t, o, edgeObjects)
+		// Reconstructions, file and xorb HEADs, dedup answers and the edges' file, layout and
+		// event routes come from the index alone, and
 		// so do shard uploads: a shard body up to 1 MiB is kept in the index row, not stored as an
 		// object (docs/decisions.md). The file's xorbs were stored before the outage.
 		for _, p := range append(index, writes(fresh, pending)[1:]...) {
@@ -272,6 +294,7 @@ func TestDependencyOutage(t *testing.T) {
 		restore(t, s3)
 		expectStatus(t, o, probe{"HEAD rejected xorb", "HEAD", fresh.path(), r, nil, nil}, http.StatusNotFound)
 		expectStatus(t, o, objects, http.StatusPartialContent)
+		expectStatus(t, o, edgeObjects, http.StatusOK)
 		expectStatus(t, o, xorbPost, http.StatusOK)
 		checkDownload(t, c, pending.hash, pending.data)
 		checkDownload(t, c, stored.hash, stored.data)
