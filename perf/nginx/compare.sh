@@ -11,10 +11,12 @@
 # edgebench's transfer mode with -static against both: every range is compared byte for byte
 # first, then ROUNDS alternating rounds per protocol (HTTP/1.1+TLS, HTTP/2, plain HTTP) with
 # CONNS connections for FOR each. HTTP/3 is measured on the edge alone (Debian's nginx 1.22 has
-# no HTTP/3). nginx is stopped on exit.
+# no HTTP/3). nginx is stopped on exit. With EDGE_PID (the edge's process ID), every
+# measurement also prints the CPU seconds per GB served by the edge and by nginx's workers.
 #
 # Environment: EDGEBENCH (default: go run ./perf/cmd/edgebench), NGINX_TLS_PORT (28444),
-# NGINX_HTTP_PORT (28082), CONNS (64), H3_CONNS (16), FOR (10s), ROUNDS (3), WORK (a temp dir).
+# NGINX_HTTP_PORT (28082), CONNS (64), H3_CONNS (16), FOR (10s), ROUNDS (3), WORK (a temp dir),
+# EDGE_PID (none).
 set -euo pipefail
 [ $# -eq 6 ] || { sed -n 2,20p "$0"; exit 2; }
 EDGE_TLS=$1 EDGE_HTTP=$2 TOKEN=$3 FILE=$4 XORBS=$5 EDGE_DIR=$6
@@ -52,7 +54,8 @@ for _ in $(seq 100); do # any HTTP answer (the root is a 404) means nginx is up
 	sleep 0.1
 done
 
-bench() { "$EDGEBENCH" -url "$EDGE_TLS" -token "$TOKEN" -file "$FILE" "$@"; }
+workers=$(pgrep -d, -P "$nginx_pid" || true) # nginx's worker processes (they serve)
+bench() { "$EDGEBENCH" -url "$EDGE_TLS" -token "$TOKEN" -file "$FILE" -server-pid "${EDGE_PID:-0}" -static-pids "$workers" "$@"; }
 log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 log "HTTP/1.1 + TLS, $CONNS connections"
 bench -proto h1 -conns "$CONNS" -for "$FOR" -static "https://127.0.0.1:$NGINX_TLS_PORT" -rounds "$ROUNDS" transfer

@@ -15,6 +15,10 @@
 // for byte, then -rounds rounds each measure the edge and the static server for the same
 // duration with the same connections, alternating which goes first, and the medians and their
 // ratio are printed. TLS certificates are not verified (self-signed edges).
+//
+// -server-pid (the edge) and -static-pids (e.g. nginx's workers, comma-separated) add the
+// servers' user+system CPU per GB of body bytes served in each measurement (from /proc; on a
+// shared machine the steadier number than MB/s).
 package main
 
 import (
@@ -26,17 +30,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/xetcdn/xetcdn/perf/fixture"
 )
 
 type answer struct {
@@ -60,19 +68,30 @@ func main() {
 	edgeBase := flag.String("edge-base", "", "transfer: send transfers to this base URL (same signed path)")
 	static := flag.String("static", "", "transfer: also measure a static server serving xorbs at STATIC/<hash>")
 	rounds := flag.Int("rounds", 3, "transfer with -static: alternating rounds")
+	serverPID := flag.Int("server-pid", 0, "transfer: report this process's (the edge's) CPU seconds per GB served")
+	staticPIDs := flag.String("static-pids", "", "transfer: comma-separated processes of the static server, for its CPU per GB")
 	flag.Parse()
 	if flag.NArg() != 1 || *base == "" || *file == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
+	edgeCPU, err := newCPUMeter(fmt.Sprint(*serverPID))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(2)
+	}
+	staticCPU, err := newCPUMeter(*staticPIDs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(2)
+	}
 	c := client(*proto, *conns)
 	mk := func() *http.Client { return client(*proto, *conns) }
-	var err error
 	switch flag.Arg(0) {
 	case "recon":
 		err = recon(c, *base, *token, *file, *size, *n)
 	case "transfer":
-		err = transfer(mk, *base, *token, *file, *edgeBase, *static, *conns, max(*rounds, 1), *dur)
+		err = transfer(mk, *base, *token, *file, *edgeBase, *static, *conns, max(*rounds, 1), *dur, edgeCPU, staticCPU)
 	default:
 		err = fmt.Errorf("unknown mode %q", flag.Arg(0))
 	}
@@ -162,7 +181,7 @@ type job struct {
 	n                 int64
 }
 
-func transfer(mk func() *http.Client, base, token, file, edgeBase, static string, conns, rounds int, dur time.Duration) error {
+func transfer(mk func() *http.Client, base, token, file, edgeBase, static string, conns, rounds int, dur time.Duration, edgeCPU, staticCPU cpuMeter) error {
 	c := mk()
 	b, err := get(c, base+"/v2/reconstructions/"+file, token, "")
 	if err != nil {
@@ -215,45 +234,101 @@ func transfer(mk func() *http.Client, base, token, file, edgeBase, static string
 	}
 	fmt.Printf("transfer: %d ranges, %d bytes, conns=%d, for=%v, %s\n", len(jobs), total, conns, dur, tlsInfo(c, jobs[0].edge))
 	if static == "" {
-		mbs, err := measure(mk(), jobs, func(j job) string { return j.edge }, conns, dur)
+		res, err := measure(mk(), jobs, func(j job) string { return j.edge }, conns, dur, edgeCPU)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("transfer conns=%d MB/s=%.1f\n", conns, mbs)
+		fmt.Printf("transfer conns=%d MB/s=%.1f%s\n", conns, res.mbs, res.cpuText())
 		return nil
 	}
 	fmt.Printf("static: %s\n", tlsInfo(c, jobs[0].static))
-	var edgeMBs, staticMBs []float64
+	var edgeMBs, staticMBs, edgeCPUs, staticCPUs []float64
 	for r := 0; r < rounds; r++ {
 		order := []string{"edge", "static"}
 		if r%2 == 1 {
 			order = []string{"static", "edge"}
 		}
 		for _, who := range order {
-			pick := func(j job) string { return j.edge }
+			pick, meter := func(j job) string { return j.edge }, edgeCPU
 			if who == "static" {
-				pick = func(j job) string { return j.static }
+				pick, meter = func(j job) string { return j.static }, staticCPU
 			}
-			mbs, err := measure(mk(), jobs, pick, conns, dur)
+			res, err := measure(mk(), jobs, pick, conns, dur, meter)
 			if err != nil {
 				return fmt.Errorf("%s: %w", who, err)
 			}
-			fmt.Printf("round %d %-6s MB/s=%.1f\n", r+1, who, mbs)
+			fmt.Printf("round %d %-6s MB/s=%.1f%s\n", r+1, who, res.mbs, res.cpuText())
 			if who == "edge" {
-				edgeMBs = append(edgeMBs, mbs)
+				edgeMBs, edgeCPUs = append(edgeMBs, res.mbs), append(edgeCPUs, res.cpuPerGB)
 			} else {
-				staticMBs = append(staticMBs, mbs)
+				staticMBs, staticCPUs = append(staticMBs, res.mbs), append(staticCPUs, res.cpuPerGB)
 			}
 		}
 	}
 	me, ms := median(edgeMBs), median(staticMBs)
-	fmt.Printf("median edge MB/s=%.1f static MB/s=%.1f ratio=%.2f (rounds=%d)\n", me, ms, me/ms, rounds)
+	fmt.Printf("median edge MB/s=%.1f static MB/s=%.1f ratio=%.2f (rounds=%d)", me, ms, me/ms, rounds)
+	if len(edgeCPU) > 0 {
+		fmt.Printf(" edge cpu-s/GB=%.2f", median(edgeCPUs))
+	}
+	if len(staticCPU) > 0 {
+		fmt.Printf(" static cpu-s/GB=%.2f", median(staticCPUs))
+	}
+	fmt.Println()
 	return nil
 }
 
+// cpuMeter sums the user+system CPU time of a set of processes (none: not measured).
+type cpuMeter []int
+
+// newCPUMeter parses a comma-separated list of process IDs; "" and "0" measure nothing.
+func newCPUMeter(list string) (cpuMeter, error) {
+	var m cpuMeter
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" || f == "0" {
+			continue
+		}
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("bad process ID %q", f)
+		}
+		m = append(m, pid)
+	}
+	if _, err := m.sample(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m cpuMeter) sample() (time.Duration, error) {
+	var t time.Duration
+	for _, pid := range m {
+		d, err := fixture.ProcCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		t += d
+	}
+	return t, nil
+}
+
+// result is one measurement: MB/s of body bytes and the measured processes' CPU seconds per
+// GB of them (NaN when no process is measured).
+type result struct{ mbs, cpuPerGB float64 }
+
+func (r result) cpuText() string {
+	if math.IsNaN(r.cpuPerGB) {
+		return ""
+	}
+	return fmt.Sprintf(" cpu-s/GB=%.2f", r.cpuPerGB)
+}
+
 // measure GETs the jobs' ranges (URL chosen by pick) over conns workers for dur and returns MB/s
-// of body bytes. Every body must have the range's length.
-func measure(c *http.Client, jobs []job, pick func(job) string, conns int, dur time.Duration) (float64, error) {
+// of body bytes and meter's CPU per GB of them. Every body must have the range's length.
+func measure(c *http.Client, jobs []job, pick func(job) string, conns int, dur time.Duration, meter cpuMeter) (result, error) {
+	cpu0, err := meter.sample()
+	if err != nil {
+		return result{}, err
+	}
 	var n atomic.Int64
 	var failed atomic.Value
 	deadline := time.Now().Add(dur)
@@ -278,11 +353,20 @@ func measure(c *http.Client, jobs []job, pick func(job) string, conns int, dur t
 		}()
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1, err := meter.sample()
+	if err != nil {
+		return result{}, err
+	}
 	if err, _ := failed.Load().(error); err != nil {
-		return 0, err
+		return result{}, err
 	}
 	c.CloseIdleConnections()
-	return float64(n.Load()) / time.Since(start).Seconds() / 1e6, nil
+	res := result{mbs: float64(n.Load()) / elapsed.Seconds() / 1e6, cpuPerGB: math.NaN()}
+	if len(meter) > 0 && n.Load() > 0 {
+		res.cpuPerGB = (cpu1 - cpu0).Seconds() / (float64(n.Load()) / 1e9)
+	}
+	return res, nil
 }
 
 // discard GETs a range and counts the body without keeping it.
