@@ -187,6 +187,8 @@ func (s *Server) routes() {
 	h("GET /v1/reconstructions/{file}", auth.Read, s.reconV1)
 	h("GET /v2/reconstructions/{file}", auth.Read, s.reconV2)
 	h("HEAD /v1/files/{file}", auth.Read, s.headFile)
+	h("GET /v1/reconstructions", auth.Read, s.batchRecon(defaultBatchLimits()))
+	h("POST /v1/reconstructions", auth.Read, s.batchRecon(defaultBatchLimits()))
 	h("GET /v1/chunks/{prefix}/{hash}", auth.Read, s.dedup)
 	h("POST /v1/telemetry", auth.Read, s.telemetry)
 	h("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)

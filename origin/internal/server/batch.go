@@ -1,0 +1,343 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// Limits of one batch reconstruction. A batch costs one index lookup per file and an answer
+// about the size of its terms, so both are bounded; clients with bigger needs ask per file.
+const (
+	// maxBatchFiles bounds the file ids of one request (duplicates counted): 413 beyond.
+	maxBatchFiles = 1000
+	// maxBatchTerms bounds the terms of the distinct files of one request, summed: 413 beyond.
+	// At ~100 bytes of JSON per term and at most one fetch entry (~350 bytes) per term, an
+	// answer stays below ~60 MiB.
+	maxBatchTerms = 1 << 17
+	// maxBatchBody bounds a POST body: 1,000 entries of {"prefix":"default","hash":"…"} are
+	// ~86 KB; the rest is room for whitespace.
+	maxBatchBody = 256 << 10
+)
+
+// batchLimits are the limits a batch handler enforces (tests use small ones).
+type batchLimits struct {
+	files int   // file ids per request
+	terms int   // terms summed over the distinct files
+	body  int64 // bytes of a POST body
+}
+
+func defaultBatchLimits() batchLimits {
+	return batchLimits{files: maxBatchFiles, terms: maxBatchTerms, body: maxBatchBody}
+}
+
+// batchKey is one element of a POST body: {"prefix":"default","hash":"<64 hex>"}.
+type batchKey struct {
+	Prefix *string `json:"prefix"`
+	Hash   *string `json:"hash"`
+}
+
+// parseBatchQuery reads the repeated file_id parameters of GET /v1/reconstructions
+// ([client]/[ref-server] form). Other parameters are ignored. It returns the distinct ids in
+// first-appearance order; errors wrap httpapi.ErrBadRequest, hash.ErrSyntax or (more than
+// maxFiles ids) httpapi.ErrTooLarge.
+func parseBatchQuery(rawQuery string, maxFiles int) ([]hash.Hash, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch query: %v", httpapi.ErrBadRequest, err)
+	}
+	ids := q["file_id"]
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: batch names no file (want file_id=<hash>&file_id=…)", httpapi.ErrBadRequest)
+	}
+	if len(ids) > maxFiles {
+		return nil, fmt.Errorf("%w: batch names %d files, limit %d", httpapi.ErrTooLarge, len(ids), maxFiles)
+	}
+	out := make([]hash.Hash, 0, len(ids))
+	for i, s := range ids {
+		h, err := hash.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("file_id %d: %w", i, err)
+		}
+		out = append(out, h)
+	}
+	return distinct(out), nil
+}
+
+// parseBatchBody reads the body of POST /v1/reconstructions: the [spec] form, a JSON array of
+// {"prefix":"default","hash":"<hex>"}, or the upstream request type's form, an object
+// {"file_ids":[…]} of the same elements. Both fields are required and the prefix must be
+// "default". It returns the distinct ids in first-appearance order; errors wrap
+// httpapi.ErrBadRequest, hash.ErrSyntax, ingest.ErrBadPrefix or httpapi.ErrTooLarge.
+func parseBatchBody(body []byte, maxFiles int) ([]hash.Hash, error) {
+	var keys []batchKey
+	var err error
+	switch t := bytes.TrimLeft(body, " \t\r\n"); {
+	case len(t) > 0 && t[0] == '[':
+		err = json.Unmarshal(body, &keys)
+	case len(t) > 0 && t[0] == '{':
+		var obj struct {
+			FileIDs []batchKey `json:"file_ids"`
+		}
+		err = json.Unmarshal(body, &obj)
+		keys = obj.FileIDs
+	default:
+		return nil, fmt.Errorf("%w: batch body is not a JSON array of {\"prefix\",\"hash\"}", httpapi.ErrBadRequest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch body: %v", httpapi.ErrBadRequest, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: batch names no file", httpapi.ErrBadRequest)
+	}
+	if len(keys) > maxFiles {
+		return nil, fmt.Errorf("%w: batch names %d files, limit %d", httpapi.ErrTooLarge, len(keys), maxFiles)
+	}
+	out := make([]hash.Hash, 0, len(keys))
+	for i, k := range keys {
+		if k.Prefix == nil || k.Hash == nil {
+			return nil, fmt.Errorf("%w: batch entry %d: want {\"prefix\":\"default\",\"hash\":\"<hex>\"}", httpapi.ErrBadRequest, i)
+		}
+		if *k.Prefix != ingest.Prefix {
+			return nil, fmt.Errorf("%w: batch entry %d: %q", ingest.ErrBadPrefix, i, *k.Prefix)
+		}
+		h, err := hash.Parse(*k.Hash)
+		if err != nil {
+			return nil, fmt.Errorf("batch entry %d: %w", i, err)
+		}
+		out = append(out, h)
+	}
+	return distinct(out), nil
+}
+
+// distinct removes repeated hashes in place, keeping first appearances in order.
+func distinct(hs []hash.Hash) []hash.Hash {
+	seen := make(map[hash.Hash]struct{}, len(hs))
+	out := hs[:0]
+	for _, h := range hs {
+		if _, ok := seen[h]; !ok {
+			seen[h] = struct{}{}
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// batchRecon: GET /v1/reconstructions?file_id=…&file_id=… and POST /v1/reconstructions with a
+// JSON body (xet-protocol.md §2.9). The answer is the v1 batch shape,
+//
+//	{"files":{F:[term,…],…},"fetch_info":{H:[{"range":…,"url":U,"url_range":…},…],…}}
+//
+// with whole-file terms exactly as GET /v1/reconstructions/{file} gives them and, per xorb,
+// the union of the files' v1 fetch entries (identical entries once, sorted by chunk range), so
+// every term is covered. Every file must be visible in the token's scope, or the whole request
+// is 404, the same answer as for a file that does not exist. Repeated ids are answered once.
+func (s *Server) batchRecon(lim batchLimits) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		start := time.Now()
+		ctx := r.Context()
+		var ids []hash.Hash
+		if r.Method == http.MethodPost {
+			body, err := httpapi.ReadBody(w, r, httpapi.BodyOptions{Limit: lim.body, Pace: httpapi.PaceOptions{
+				Floor: s.cfg.Limits.PaceFloor, Window: s.cfg.Limits.PaceWindow.D()}})
+			if err != nil {
+				return err
+			}
+			if ids, err = parseBatchBody(body, lim.files); err != nil {
+				return err
+			}
+		} else {
+			var err error
+			if ids, err = parseBatchQuery(r.URL.RawQuery, lim.files); err != nil {
+				return err
+			}
+		}
+		answers, err := s.batchPlans(ctx, ids, lim.terms)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		err = writeBatch(w, ids, answers, s.signer.At(s.signer.Expiry(0)))
+		s.m.recon.WithLabelValues("batch").Observe(time.Since(start).Seconds())
+		return err
+	}
+}
+
+// batchPlans looks up every file in the token's scope and plans its whole-file answer. It
+// stops with a 413 error once the files' terms add up to more than maxTerms, so at most one
+// record beyond the limit is held.
+func (s *Server) batchPlans(ctx context.Context, ids []hash.Hash, maxTerms int) ([]*recon.Answer, error) {
+	scope := claims(ctx).Scope
+	layout := s.layoutFunc(ctx)
+	answers := make([]*recon.Answer, 0, len(ids))
+	terms := 0
+	for _, h := range ids {
+		rec := &recon.FileRecord{} // the empty file exists in every scope, as on the single routes
+		if !h.IsZero() {
+			var err error
+			if rec, err = s.idx.File(ctx, h, scope); err != nil {
+				return nil, err
+			}
+		}
+		if terms += len(rec.Terms); terms > maxTerms {
+			return nil, fmt.Errorf("%w: batch files have more than %d terms; ask for fewer files or per file",
+				httpapi.ErrTooLarge, maxTerms)
+		}
+		a, err := recon.Plan(rec, nil, layout) // whole file: no layout is loaded
+		if err != nil {
+			return nil, err
+		}
+		answers = append(answers, a)
+	}
+	return answers, nil
+}
+
+// batchRange is one v1 fetch entry before signing: chunks [Start, End) stored at bytes.
+type batchRange struct {
+	chunks recon.ChunkRange
+	bytes  recon.ByteRange
+}
+
+func compareBatchRange(a, b batchRange) int {
+	return cmp.Or(cmp.Compare(a.chunks.Start, b.chunks.Start), cmp.Compare(a.chunks.End, b.chunks.End),
+		cmp.Compare(a.bytes.Start, b.bytes.Start), cmp.Compare(a.bytes.End, b.bytes.End))
+}
+
+// batchXorb is the union of the files' fetch entries of one xorb.
+type batchXorb struct {
+	hash   hash.Hash
+	ranges []batchRange
+}
+
+// mergeFetches gathers the fetch ranges of answers per xorb, xorbs in first-appearance order,
+// each xorb's ranges sorted with duplicates removed.
+func mergeFetches(answers []*recon.Answer) []batchXorb {
+	var xs []batchXorb
+	at := map[hash.Hash]int{}
+	for _, a := range answers {
+		for _, xf := range a.Xorbs {
+			i, ok := at[xf.Hash]
+			if !ok {
+				i = len(xs)
+				at[xf.Hash] = i
+				xs = append(xs, batchXorb{hash: xf.Hash})
+			}
+			for k := range xf.Chunks {
+				xs[i].ranges = append(xs[i].ranges, batchRange{xf.Chunks[k], xf.Bytes[k]})
+			}
+		}
+	}
+	for i := range xs {
+		slices.SortFunc(xs[i].ranges, compareBatchRange)
+		xs[i].ranges = slices.Compact(xs[i].ranges)
+	}
+	return xs
+}
+
+// writeBatch writes the batch answer of ids (answers[i] is the plan of ids[i]), signing one
+// URL per fetch entry with sign.
+func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign recon.Signer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"files":{`...)
+	for i, a := range answers {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = ids[i].AppendString(b)
+		b = append(b, `":[`...)
+		for k := range a.Len() {
+			t := a.Term(k)
+			if k > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"hash":"`...)
+			b = t.Xorb.AppendString(b)
+			b = append(b, `","unpacked_length":`...)
+			b = strconv.AppendUint(b, uint64(t.RawBytes), 10)
+			b = appendJSONRange(append(b, `,"range":`...), uint64(t.Start), uint64(t.End))
+			b = append(b, '}')
+			if len(b) >= 32<<10 {
+				if _, err := bw.Write(b); err != nil {
+					return err
+				}
+				b = b[:0]
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `},"fetch_info":{`...)
+	var u []byte
+	for i, x := range mergeFetches(answers) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = x.hash.AppendString(b)
+		b = append(b, `":[`...)
+		for k, r := range x.ranges {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONRange(append(b, `{"range":`...), uint64(r.chunks.Start), uint64(r.chunks.End))
+			u = sign.AppendURL(u[:0], x.hash, []recon.ByteRange{r.bytes})
+			b = appendJSONString(append(b, `,"url":`...), u)
+			b = appendJSONRange(append(b, `,"url_range":`...), r.bytes.Start, r.bytes.End)
+			b = append(b, '}')
+			if len(b) >= 32<<10 {
+				if _, err := bw.Write(b); err != nil {
+					return err
+				}
+				b = b[:0]
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, "}}"...)
+	if _, err := bw.Write(b); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// appendJSONRange appends {"start":s,"end":e}.
+func appendJSONRange(b []byte, s, e uint64) []byte {
+	b = strconv.AppendUint(append(b, `{"start":`...), s, 10)
+	b = strconv.AppendUint(append(b, `,"end":`...), e, 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string. Signed URLs are plain ASCII and are copied as
+// they are; anything else goes through encoding/json.
+func appendJSONString(b, s []byte) []byte {
+	plain := true
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := json.Marshal(string(s)) // a string always marshals
+	return append(b, q...)
+}
