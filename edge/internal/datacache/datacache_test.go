@@ -518,3 +518,54 @@ func TestReadRangeStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestRangeDiscard skips into a range that mixes cached files and freshly filled segments and
+// reads the rest: the bytes after the skip are the object's, in both kinds of part.
+func TestRangeDiscard(t *testing.T) {
+	o := buildXorb(t, 13, 300, 2<<10, 6<<10)
+	n := o.l.NumChunks()
+	start, end := chunkRange(o.l, 10, n-10)
+	size := end - start
+	tests := []struct {
+		name    string
+		skip    int64
+		wantErr bool
+	}{
+		{"nothing", 0, false},
+		{"one byte", 1, false},
+		{"into the cached middle", size / 2, false},
+		{"across several segments", size - 3*testSegment/2, false},
+		{"all but one byte", size - 1, false},
+		{"everything", size, false},
+		{"past the end", size + 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := testCache(t, t.TempDir(), newFakeFetcher(o), 1<<30, testSegment)
+			ms, me := chunkRange(o.l, n/2, n/2+5)
+			mustRead(t, c, o, ms, me) // the middle segments are files, the rest filled in memory
+			rr, err := c.ReadRange(context.Background(), o.l, start, end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rr.Close()
+			k, err := rr.Discard(tc.skip)
+			if tc.wantErr {
+				if !errors.Is(err, io.ErrUnexpectedEOF) || k != size || rr.Len() != 0 {
+					t.Fatalf("Discard(%d) of %d: %d, %v; want %d, ErrUnexpectedEOF", tc.skip, size, k, err, size)
+				}
+				return
+			}
+			if err != nil || k != tc.skip || rr.Len() != size-tc.skip {
+				t.Fatalf("Discard(%d): %d, %v, Len %d", tc.skip, k, err, rr.Len())
+			}
+			var got bytes.Buffer
+			if _, err := rr.WriteTo(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), o.body[start+tc.skip:end]) {
+				t.Fatalf("after Discard(%d): %d bytes differ from the object's %d", tc.skip, got.Len(), size-tc.skip)
+			}
+		})
+	}
+}

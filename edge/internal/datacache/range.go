@@ -62,6 +62,35 @@ func (r *Range) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Discard skips the next n bytes without reading them (a ranged request that starts inside a
+// chunk). It returns the number skipped: fewer than n only when the Range has fewer left, with
+// io.ErrUnexpectedEOF.
+func (r *Range) Discard(n int64) (int64, error) {
+	if r.parts == nil {
+		return 0, errRangeClosed
+	}
+	var done int64
+	for done < n && r.i < len(r.parts) {
+		pt := &r.parts[r.i]
+		k := min(pt.n, n-done)
+		if pt.f != nil {
+			pt.off += k
+		} else {
+			pt.data = pt.data[k:]
+		}
+		pt.n -= k
+		r.left -= k
+		done += k
+		if pt.n == 0 {
+			r.i++
+		}
+	}
+	if done < n {
+		return done, io.ErrUnexpectedEOF
+	}
+	return done, nil
+}
+
 // WriteTo implements io.WriterTo. File parts are copied with the file as an
 // *io.LimitedReader over *os.File, which lets a plain TCP ResponseWriter use sendfile.
 func (r *Range) WriteTo(w io.Writer) (int64, error) {

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -102,7 +105,7 @@ type transferFixture struct {
 	fetch  *memFetcher
 }
 
-func newTransferFixture(t testing.TB, chunks, chunkSize int) *transferFixture {
+func newTransferFixture(t testing.TB, chunks, chunkSize int, opts ...func(*Options)) *transferFixture {
 	t.Helper()
 	body, l := testXorb(t, 1, chunks, chunkSize)
 	f := &memFetcher{body: map[hash.Hash][]byte{l.Hash: body}}
@@ -117,9 +120,13 @@ func newTransferFixture(t testing.TB, chunks, chunkSize int) *transferFixture {
 		t.Fatal(err)
 	}
 	origin, _ := url.Parse("http://127.0.0.1:1")
-	srv, err := New(Options{Meta: fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}}, Bytes: dc, Tokens: noTokens{},
+	o := Options{Meta: fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}}, Bytes: dc, Tokens: noTokens{},
 		Signer: signer, Origin: origin, Permits: 4,
-		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}})
+		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +146,8 @@ func (fx *transferFixture) chunkBytes(a, b uint32) httprange.ByteRange {
 }
 
 // TestTransfer checks bodies, statuses and framing of the transfer route over plain HTTP
-// (sendfile), HTTP/1.1+TLS and HTTP/2 (pooled copy buffer).
+// (sendfile), HTTP/1.1+TLS with and without batching connections (the edge's TLS listener
+// batches) and HTTP/2 (pooled copy buffer).
 func TestTransfer(t *testing.T) {
 	fx := newTransferFixture(t, 48, 20000)
 	h := fx.srv.Handler()
@@ -153,6 +161,7 @@ func TestTransfer(t *testing.T) {
 	defer h2.Close()
 	h1Client := h1.Client()
 	h1Client.Transport.(*http.Transport).TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	batched := newBatchedTLSServer(t, h, nil)
 	servers := []struct {
 		name, url string
 		c         *http.Client
@@ -160,6 +169,7 @@ func TestTransfer(t *testing.T) {
 	}{
 		{"plain", plain.URL, plain.Client(), 1},
 		{"h1+tls", h1.URL, h1Client, 1},
+		{"h1+tls batched", batched.URL, batched.Client(), 1},
 		{"h2", h2.URL, h2.Client(), 2},
 	}
 
@@ -242,6 +252,186 @@ func TestTransfer(t *testing.T) {
 	}
 	if served := testutilCounter(t, fx.srv); served == 0 {
 		t.Fatal("xet_edge_transfer_served_bytes_total did not move")
+	}
+}
+
+// newBatchedTLSServer serves h over HTTP/1.1+TLS through batching connections, like the edge's
+// TLS listener; wrap (nil: none) wraps the accepted TCP connections under the batchConns. Its
+// client speaks HTTP/1.1 only.
+func newBatchedTLSServer(t *testing.T, h http.Handler, wrap func(net.Listener) net.Listener) *httptest.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = newBatchListener(ln)
+	srv.Config.ConnContext = batchContext
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	tr := srv.Client().Transport.(*http.Transport)
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	return srv
+}
+
+// failListener's connections fail every write once more than after bytes were written.
+type failListener struct {
+	net.Listener
+	after int64
+}
+
+func (l failListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &failConn{Conn: c, left: l.after}, nil
+}
+
+type failConn struct {
+	net.Conn
+	left int64
+}
+
+func (c *failConn) Write(p []byte) (int, error) {
+	if c.left -= int64(len(p)); c.left < 0 {
+		return 0, errWriteFailed
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTransferOverBatchedTLS sends a ~1 MB range over HTTP/1.1+TLS through batching
+// connections: the client gets the exact bytes in a few large socket writes rather than one
+// per TLS record, and a socket write that fails mid-body reaches the handler (logged as a
+// failure after the answer started) while the client sees a broken body.
+func TestTransferOverBatchedTLS(t *testing.T) {
+	var logs syncBuffer
+	fx := newTransferFixture(t, 48, 20000, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
+	whole := fx.chunkBytes(0, 48)
+	get := func(srv *httptest.Server) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+fx.pathFor(whole), nil)
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", whole.Start, whole.End))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusPartialContent || resp.TLS == nil || resp.ProtoMajor != 1 {
+			return nil, fmt.Errorf("status %d, proto %s", resp.StatusCode, resp.Proto)
+		}
+		return io.ReadAll(resp.Body)
+	}
+
+	conns := make(chan *writeCounter, 1)
+	ok := newBatchedTLSServer(t, fx.srv.Handler(), func(l net.Listener) net.Listener { return countListener{Listener: l, conns: conns} })
+	if _, err := get(ok); err != nil { // opens the connection; its writes include the handshake
+		t.Fatal(err)
+	}
+	wc := <-conns
+	before := wc.writes.Load()
+	body, err := get(ok)
+	if err != nil || !bytes.Equal(body, fx.body[whole.Start:whole.End+1]) {
+		t.Fatalf("%d bytes (%v), want the range's %d", len(body), err, whole.Len())
+	}
+	records := int64(len(body)/(16<<10)) + 1
+	if got := wc.writes.Load() - before; got > records/4+2 {
+		t.Fatalf("%d socket writes for %d TLS records", got, records)
+	}
+
+	broken := newBatchedTLSServer(t, fx.srv.Handler(), func(l net.Listener) net.Listener { return failListener{Listener: l, after: 64 << 10} })
+	if body, err := get(broken); err == nil && bytes.Equal(body, fx.body[whole.Start:whole.End+1]) {
+		t.Fatal("the whole body arrived through a connection whose writes fail")
+	}
+	broken.Close() // waits for the handler to return and log
+	if !strings.Contains(logs.String(), "request failed after the answer started") || !strings.Contains(logs.String(), errWriteFailed.Error()) {
+		t.Fatalf("the failed write was not reported by the handler; log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// errReader returns n bytes of zeros, then err.
+type errReader struct {
+	n   int
+	err error
+}
+
+func (r *errReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, r.err
+	}
+	k := min(len(p), r.n)
+	clear(p[:k])
+	r.n -= k
+	return k, nil
+}
+
+// limitWriter accepts n bytes, then fails with err (or, with short, writes part of p silently).
+type limitWriter struct {
+	n     int
+	err   error
+	short bool
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if len(p) <= w.n {
+		w.n -= len(p)
+		return len(p), nil
+	}
+	k := w.n
+	w.n = 0
+	if w.short {
+		return k, nil
+	}
+	return k, w.err
+}
+
+func TestCopyBuffer(t *testing.T) {
+	errRead := errors.New("read failed")
+	tests := []struct {
+		name    string
+		src     io.Reader
+		w       io.Writer
+		n       int64
+		want    int64
+		wantErr error
+	}{
+		{"exact", &errReader{n: 100, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 100, nil},
+		{"more in the source than asked", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 100, nil},
+		{"several buffers", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 1 << 20}, 1000, 1000, nil},
+		{"short source", &errReader{n: 90, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 90, io.ErrUnexpectedEOF},
+		{"read error", &errReader{n: 90, err: errRead}, &limitWriter{n: 1 << 20}, 100, 90, errRead},
+		{"write error", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 150, err: errWriteFailed}, 1000, 150, errWriteFailed},
+		{"short write", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 150, short: true}, 1000, 150, io.ErrShortWrite},
+		{"nothing", &errReader{err: errRead}, &limitWriter{}, 0, 0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := copyBuffer(tc.w, tc.src, tc.n, make([]byte, 64))
+			if n != tc.want || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("copied %d, %v; want %d, %v", n, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
 
