@@ -146,10 +146,18 @@ var (
 	_ Objects           = (*boundedObjects)(nil)
 )
 
-// boundedObjects is Objects with every call required to make progress within d.
+// boundedObjects is Objects with every call required to make progress within d. The bodies
+// of a local store are passed through unwatched: reading a local file is no network wait (and
+// no context interrupts it), and the file's io.WriterTo keeps the sendfile path of transfers.
 type boundedObjects struct {
 	Objects
-	d time.Duration
+	d     time.Duration
+	local bool
+}
+
+func newBoundedObjects(o Objects, d time.Duration) *boundedObjects {
+	_, local := o.(*objstore.Local)
+	return &boundedObjects{Objects: o, d: d, local: local}
 }
 
 // watchdog cancels its context when it is armed for longer than d at a stretch.
@@ -227,6 +235,10 @@ func (b *boundedObjects) GetRange(ctx context.Context, key string, off, n int64)
 	if err != nil {
 		w.cancel()
 		return nil, w.err(err)
+	}
+	if b.local { // its bodies do not use the context
+		w.cancel()
+		return rc, nil
 	}
 	return &watchedBody{rc: rc, w: w}, nil
 }

@@ -322,3 +322,27 @@ func TestDependencyTimeoutDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundedObjectsKeepSendfile checks that a local file's body keeps its io.WriterTo (the
+// sendfile path of plain-HTTP transfers) through the bound.
+func TestBoundedObjectsKeepSendfile(t *testing.T) {
+	_, objs := sqliteLocal().open(t)
+	b := newBoundedObjects(objs, time.Second)
+	ctx := context.Background()
+	data := []byte("0123456789")
+	if err := b.Put(ctx, "xorbs/default/k", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := b.GetRange(ctx, "xorbs/default/k", 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, ok := rc.(io.WriterTo); !ok {
+		t.Fatalf("%T lost the local file's io.WriterTo", rc)
+	}
+	var got bytes.Buffer
+	if _, err := io.Copy(&got, rc); err != nil || got.String() != "23456" {
+		t.Fatalf("copy: %q, %v", got.String(), err)
+	}
+}

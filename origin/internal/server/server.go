@@ -127,7 +127,7 @@ func New(o Options) (*Server, error) {
 	}
 	if o.DependencyTimeout > 0 {
 		o.Index = newBoundedIndex(o.Index, o.DependencyTimeout)
-		o.Objects = &boundedObjects{Objects: o.Objects, d: o.DependencyTimeout}
+		o.Objects = newBoundedObjects(o.Objects, o.DependencyTimeout)
 	}
 	s := &Server{
 		cfg:  o.Config,
