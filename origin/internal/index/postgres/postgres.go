@@ -13,6 +13,9 @@
 // a reason other than the database being unavailable, its registrations are retried one by
 // one, so one bad registration fails alone. Durability is Postgres's: with the default
 // synchronous_commit a method returns after its commit is flushed.
+//
+// A statement that fails because its connection was lost (the server restarted or terminated
+// it) resets the pool and runs once more; every statement so retried is idempotent.
 package postgres
 
 import (
@@ -81,6 +84,7 @@ type DB struct {
 	closing      chan struct{}
 	registrars   sync.WaitGroup
 	once         sync.Once
+	lastReset    atomic.Int64 // unix nanoseconds of the last pool reset after a lost connection
 }
 
 // regOp is one RegisterShard call waiting for a registrar.
@@ -226,6 +230,55 @@ func translate(err error) error {
 	return err
 }
 
+// lost reports whether err means the connection it came from is gone — the server restarted or
+// terminated it, or the network dropped it — as opposed to a server that cannot be reached (a
+// failed connect) or a statement that ran out of time.
+func lost(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.Timeout(err) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "conn closed")
+}
+
+// resetInterval is the least time between two pool resets.
+const resetInterval = time.Second
+
+// retry runs f, and once more when it failed because its connection was lost. A lost
+// connection means the pooled connections opened before it (the server restarted, or a
+// network path was cut) are most likely lost too: the pool is reset first (at most once per
+// resetInterval), so that one request, not one per pooled connection, pays for the restart.
+// f must be idempotent: every statement retried here is a read or an INSERT … ON CONFLICT DO
+// NOTHING.
+func (db *DB) retry(ctx context.Context, f func() error) error {
+	err := f()
+	if !lost(err) || ctx.Err() != nil || db.closed.Load() {
+		return err
+	}
+	db.resetPool()
+	return f()
+}
+
+// resetPool closes the pool's connections (those in use are closed when released), unless
+// that was done less than resetInterval ago.
+func (db *DB) resetPool() {
+	now := time.Now().UnixNano()
+	last := db.lastReset.Load()
+	if now-last < int64(resetInterval) || !db.lastReset.CompareAndSwap(last, now) {
+		return
+	}
+	db.pool.Reset()
+}
+
 var errClosed = fmt.Errorf("%w: postgres index closed", index.ErrUnavailable)
 
 func (db *DB) check() error {
@@ -291,7 +344,11 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 	if err := db.check(); err != nil {
 		return false, err
 	}
-	tag, err := db.pool.Exec(ctx, qPutXorb, l.Hash[:], int64(storedSize), layout)
+	var tag pgconn.CommandTag
+	err = db.retry(ctx, func() (err error) {
+		tag, err = db.pool.Exec(ctx, qPutXorb, l.Hash[:], int64(storedSize), layout)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("put xorb %s: %w", l.Hash, translate(err))
 	}
@@ -313,27 +370,31 @@ func (db *DB) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]
 		return nil, err
 	}
 	keys := index.SortedUnique(hs)
-	out := make(map[hash.Hash][]byte, len(keys))
 	if len(keys) == 0 {
-		return out, nil
+		return map[hash.Hash][]byte{}, nil
 	}
-	rows, err := db.pool.Query(ctx, qLayouts, hashArgs(keys))
-	if err != nil {
-		return nil, fmt.Errorf("layouts: %w", translate(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k, v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("layouts: %w", translate(err))
-		}
-		h, err := index.HashFromBytes(k)
+	var out map[hash.Hash][]byte
+	err := db.retry(ctx, func() error {
+		out = make(map[hash.Hash][]byte, len(keys))
+		rows, err := db.pool.Query(ctx, qLayouts, hashArgs(keys))
 		if err != nil {
-			return nil, fmt.Errorf("layouts: %w", err)
+			return err
 		}
-		out[h] = v
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var k, v []byte
+			if err := rows.Scan(&k, &v); err != nil {
+				return err
+			}
+			h, err := index.HashFromBytes(k)
+			if err != nil {
+				return err
+			}
+			out[h] = v
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("layouts: %w", translate(err))
 	}
 	return out, nil
@@ -345,7 +406,7 @@ func (db *DB) XorbSize(ctx context.Context, h hash.Hash) (uint64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := db.pool.QueryRow(ctx, qXorbSize, h[:]).Scan(&n); err != nil {
+	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qXorbSize, h[:]).Scan(&n) }); err != nil {
 		return 0, fmt.Errorf("xorb size %s: %w", h, translate(err))
 	}
 	return uint64(n), nil
@@ -429,26 +490,27 @@ func (db *DB) register(ops []*regOp) {
 	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
-	rows, err := db.pool.Query(ctx, qRegister, args...)
-	newShards := make(map[hash.Hash]bool, len(live))
-	if err == nil {
+	var newShards map[hash.Hash]bool
+	err := db.retry(ctx, func() error {
+		newShards = make(map[hash.Hash]bool, len(live))
+		rows, err := db.pool.Query(ctx, qRegister, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
 		for rows.Next() {
 			var k []byte
-			if err = rows.Scan(&k); err != nil {
-				break
+			if err := rows.Scan(&k); err != nil {
+				return err
 			}
-			h, herr := index.HashFromBytes(k)
-			if herr != nil {
-				err = herr
-				break
+			h, err := index.HashFromBytes(k)
+			if err != nil {
+				return err
 			}
 			newShards[h] = true
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+		return rows.Err()
+	})
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
@@ -561,7 +623,7 @@ func (db *DB) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte,
 		return nil, err
 	}
 	var rec []byte
-	if err := db.pool.QueryRow(ctx, qFile, scope, h[:]).Scan(&rec); err != nil {
+	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qFile, scope, h[:]).Scan(&rec) }); err != nil {
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, translate(err))
 	}
 	return rec, nil
@@ -573,7 +635,7 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 		return nil, err
 	}
 	var xs []byte
-	if err := db.pool.QueryRow(ctx, qDedup, chunk[:]).Scan(&xs); err != nil {
+	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qDedup, chunk[:]).Scan(&xs) }); err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
 	}
 	out, err := index.SplitHashes(xs)
@@ -589,7 +651,7 @@ func (db *DB) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 		return nil, err
 	}
 	var body []byte
-	if err := db.pool.QueryRow(ctx, qBody, h[:]).Scan(&body); err != nil {
+	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qBody, h[:]).Scan(&body) }); err != nil {
 		return nil, fmt.Errorf("shard body %s: %w", h, translate(err))
 	}
 	return body, nil
@@ -630,28 +692,32 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 	if limit <= 0 || limit > index.MaxEvents {
 		limit = index.MaxEvents
 	}
-	rows, err := db.pool.Query(ctx, qEvents, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", translate(err))
-	}
-	defer rows.Close()
 	var out []index.Event
-	for rows.Next() {
-		var (
-			e     index.Event
-			files []byte
-			at    time.Time
-		)
-		if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
-			return nil, fmt.Errorf("events: %w", translate(err))
+	err := db.retry(ctx, func() error {
+		out = nil
+		rows, err := db.pool.Query(ctx, qEvents, after, limit)
+		if err != nil {
+			return err
 		}
-		if e.Files, err = index.SplitHashes(files); err != nil {
-			return nil, fmt.Errorf("events: seq %d: %w", e.Seq, err)
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				e     index.Event
+				files []byte
+				at    time.Time
+			)
+			if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
+				return err
+			}
+			if e.Files, err = index.SplitHashes(files); err != nil {
+				return fmt.Errorf("seq %d: %w", e.Seq, err)
+			}
+			e.At = at.UTC()
+			out = append(out, e)
 		}
-		e.At = at.UTC()
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("events: %w", translate(err))
 	}
 	return out, nil

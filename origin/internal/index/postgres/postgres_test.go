@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -8,7 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/indextest"
 	"github.com/xetcdn/xetcdn/origin/internal/index/postgres"
@@ -175,5 +180,88 @@ func TestTwoReplicas(t *testing.T) {
 		if c := inserted[i].Load(); c != 1 {
 			t.Errorf("shard %d reported new %d times", i, c)
 		}
+	}
+}
+
+// TestLostConnections: the server terminates every connection of the pool, as a restart does.
+// The lookups and registrations that follow all succeed — the first one to meet a dead
+// connection resets the pool and retries — instead of failing once per pooled connection.
+func TestLostConnections(t *testing.T) {
+	base := testenv.Require(t, testenv.PostgresDSN)
+	app := fmt.Sprintf("xet_lost_%d", rand.Uint64())
+	db, err := postgres.Open(t.Context(), postgres.Options{MaxConns: 8, DSN: postgres.FreshSchema(t) + "&application_name=" + app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := indextest.NewGen(500)
+	regs := make([]*index.Registration, 12)
+	for i := range regs {
+		regs[i] = g.Registration("models/lost/r", 1, 1, 1)
+	}
+	for _, r := range regs[:4] {
+		if _, err := db.RegisterShard(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookups := func() error {
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for i := range 16 {
+			wg.Go(func() {
+				r := regs[i%4]
+				if _, err := db.File(t.Context(), r.Files[0].Hash, r.Scope); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	if err := lookups(); err != nil { // fills the pool with several connections
+		t.Fatal(err)
+	}
+
+	admin, err := pgx.Connect(t.Context(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var killed int
+	if err := admin.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed < 2 {
+		t.Fatalf("terminated %d connections; the test needs a pool of several", killed)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left int
+		if err := admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d terminated backends still running after 10 s", left)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's state, bounded by the deadline
+	}
+
+	t.Logf("terminated %d pooled connections", killed)
+	for i, r := range regs[:4] {
+		if _, err := db.File(t.Context(), r.Files[0].Hash, r.Scope); err != nil {
+			t.Fatalf("lookup %d after the connections were lost: %v", i, err)
+		}
+	}
+	for _, r := range regs[4:] {
+		if _, err := db.RegisterShard(t.Context(), r); err != nil {
+			t.Fatalf("registration after the connections were lost: %v", err)
+		}
+	}
+	if err := lookups(); err != nil {
+		t.Fatal(err)
 	}
 }
