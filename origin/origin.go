@@ -42,7 +42,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	}
 	defer b.Close() // runs after Serve returned: no request uses the backends any more
 	srv, err := server.New(server.Options{Config: cfg, Index: b.Index, Objects: b.Objects, Keys: k,
-		Log: log, Registerer: reg})
+		DependencyTimeout: cfg.Limits.DependencyTimeout.D(), Log: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,8 @@ type Limits struct {
 	ReconParallelAt int      `json:"recon_parallel_at"` // terms from which answers are written in parallel
 	ShutdownGrace   Duration `json:"shutdown_grace"`    // drain time on SIGTERM
 	EventsWait      Duration `json:"events_wait"`       // long-poll limit of /internal/v1/events
+	// DependencyTimeout bounds every index call and every object-store step (503 beyond it).
+	DependencyTimeout Duration `json:"dependency_timeout"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -122,14 +124,15 @@ func Default() Config {
 			Leeway:         Duration(30 * time.Second),
 		},
 		Limits: Limits{
-			PaceFloor:       4 << 10,
-			PaceWindow:      Duration(10 * time.Second),
-			IngestMemory:    defaultMaxIngst,
-			ShardHeartbeat:  Duration(20 * time.Second),
-			ReconPermits:    8,
-			ReconParallelAt: 20000,
-			ShutdownGrace:   Duration(30 * time.Second),
-			EventsWait:      Duration(30 * time.Second),
+			PaceFloor:         4 << 10,
+			PaceWindow:        Duration(10 * time.Second),
+			IngestMemory:      defaultMaxIngst,
+			ShardHeartbeat:    Duration(20 * time.Second),
+			ReconPermits:      8,
+			ReconParallelAt:   20000,
+			ShutdownGrace:     Duration(30 * time.Second),
+			EventsWait:        Duration(30 * time.Second),
+			DependencyTimeout: Duration(10 * time.Second),
 		},
 	}
 }
@@ -285,7 +288,7 @@ func (c *Config) Validate() error {
 		"auth.cas_token_ttl": c.Auth.CASTokenTTL, "auth.transfer_url_ttl": c.Auth.TransferURLTTL,
 		"auth.dedup_expiry": c.Auth.DedupExpiry, "limits.pace_window": c.Limits.PaceWindow,
 		"limits.shard_heartbeat": c.Limits.ShardHeartbeat, "limits.shutdown_grace": c.Limits.ShutdownGrace,
-		"limits.events_wait": c.Limits.EventsWait,
+		"limits.events_wait": c.Limits.EventsWait, "limits.dependency_timeout": c.Limits.DependencyTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, is %v", name, d.D())
