@@ -294,9 +294,15 @@ func (c *FileCache) Close() error {
 	return c.err
 }
 
+// Lookups is the part of an Index that RawOf needs.
+type Lookups interface {
+	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
+}
+
 // RawOf returns the Raw view of ix: ix itself when it implements Raw (the implementations and
 // both caches do), else an adapter that encodes what ix's File and Layouts return.
-func RawOf(ix Index) Raw {
+func RawOf(ix Lookups) Raw {
 	if r, ok := ix.(Raw); ok {
 		return r
 	}
@@ -304,7 +310,7 @@ func RawOf(ix Index) Raw {
 }
 
 // encodingRaw implements Raw for an Index without one by encoding decoded values.
-type encodingRaw struct{ ix Index }
+type encodingRaw struct{ ix Lookups }
 
 func (e encodingRaw) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
 	rec, err := e.ix.File(ctx, h, scope)

@@ -44,40 +44,7 @@ type boundedIndex struct {
 }
 
 func newBoundedIndex(ix Index, d time.Duration) *boundedIndex {
-	b := &boundedIndex{Index: ix, d: d}
-	if full, ok := ix.(index.Index); ok {
-		b.raw = index.RawOf(full)
-	} else if r, ok := ix.(index.Raw); ok {
-		b.raw = r
-	} else {
-		b.raw = encodingRaw{ix}
-	}
-	return b
-}
-
-// encodingRaw is index.Raw for a server Index that is not a full index.Index (test doubles).
-type encodingRaw struct{ ix Index }
-
-func (e encodingRaw) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
-	rec, err := e.ix.File(ctx, h, scope)
-	if err != nil {
-		return nil, err
-	}
-	return rec.MarshalBinary()
-}
-
-func (e encodingRaw) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
-	m, err := e.ix.Layouts(ctx, hs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[hash.Hash][]byte, len(m))
-	for h, l := range m {
-		if out[h], err = l.MarshalBinary(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return &boundedIndex{Index: ix, raw: index.RawOf(ix), d: d}
 }
 
 // bound runs call under a context that ends after b.d and turns that end into

@@ -105,20 +105,7 @@ func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 // layoutBytes returns the binary layouts of the xorbs in hs that exist: from index.Raw when
 // the index implements it, else decoded layouts encoded again.
 func (s *Server) layoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
-	if raw, ok := s.idx.(index.Raw); ok {
-		return raw.LayoutBytes(ctx, hs)
-	}
-	m, err := s.idx.Layouts(ctx, hs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[hash.Hash][]byte, len(m))
-	for h, l := range m {
-		if out[h], err = l.MarshalBinary(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return index.RawOf(s.idx).LayoutBytes(ctx, hs)
 }
 
 // internalXorb: GET /internal/v1/xorbs/{hash} with an optional single Range → raw bytes of the
