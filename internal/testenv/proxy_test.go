@@ -27,6 +27,21 @@ func echo(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// dialEcho connects through p to an echo service and checks that a line comes back; the
+// connection is closed when the test ends.
+func dialEcho(t *testing.T, p *Proxy) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if got, err := roundTrip(c, "one"); err != nil || got != "one\n" {
+		t.Fatalf("through a working proxy: %q, %v", got, err)
+	}
+	return c
+}
+
 func roundTrip(c net.Conn, msg string) (string, error) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, msg+"\n"); err != nil {
@@ -38,14 +53,7 @@ func roundTrip(c net.Conn, msg string) (string, error) {
 
 func TestProxyCutAndRestore(t *testing.T) {
 	p := NewProxy(t, echo(t))
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got, err := roundTrip(c, "one"); err != nil || got != "one\n" {
-		t.Fatalf("before the cut: %q, %v", got, err)
-	}
+	c := dialEcho(t, p)
 
 	p.Cut()
 	if got, err := roundTrip(c, "two"); err == nil {
@@ -90,14 +98,7 @@ func TestProxyTargetDown(t *testing.T) {
 
 func TestProxyStall(t *testing.T) {
 	p := NewProxy(t, echo(t))
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got, err := roundTrip(c, "one"); err != nil || got != "one\n" {
-		t.Fatalf("before the stall: %q, %v", got, err)
-	}
+	c := dialEcho(t, p)
 
 	p.Stall()
 	stalled := func(c net.Conn) {

@@ -1,0 +1,322 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// FreeAddr returns a loopback host:port nobody listens on right now (another process may take
+// it before the caller binds it; the window is short enough for tests).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Build compiles the command pkg (an import path, or a path relative to the test's package
+// directory) into a directory of the test and returns the binary's path. The go build cache
+// makes a second build of an unchanged package cheap, but not free: a test binary that runs
+// many tests against one command keeps a Binaries instead.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	bin, err := build(t.TempDir(), pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// build runs `go build -o dir/ pkg` and returns the one file it wrote; dir must be empty.
+func build(dir, pkg string) (string, error) {
+	out, err := exec.Command(GoTool(), "build", "-o", dir+string(filepath.Separator), pkg).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	if len(ents) != 1 {
+		return "", fmt.Errorf("go build %s wrote %d files, want one command", pkg, len(ents))
+	}
+	return filepath.Join(dir, ents[0].Name()), nil
+}
+
+// Binaries builds each command once per test binary run: make one in TestMain, Close it after
+// m.Run. It is safe for concurrent use.
+type Binaries struct {
+	dir   string
+	mu    sync.Mutex
+	built map[string]string // package -> binary
+}
+
+// NewBinaries makes an empty set of binaries in a new temporary directory.
+func NewBinaries() (*Binaries, error) {
+	dir, err := os.MkdirTemp("", "xetcdn-bin-")
+	if err != nil {
+		return nil, err
+	}
+	return &Binaries{dir: dir, built: make(map[string]string)}, nil
+}
+
+// Build returns the binary of pkg, building it on the first call for pkg.
+func (b *Binaries) Build(t testing.TB, pkg string) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bin, ok := b.built[pkg]; ok {
+		return bin
+	}
+	dir, err := os.MkdirTemp(b.dir, "pkg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := build(dir, pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.built[pkg] = bin
+	return bin
+}
+
+// Close removes every binary built.
+func (b *Binaries) Close() error { return os.RemoveAll(b.dir) }
+
+// Run runs bin to completion and returns its standard output without surrounding white space;
+// a failure (start, or a non-zero exit) fails the test with the command's standard error.
+func Run(t testing.TB, bin string, args ...string) string {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), args, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Options says how Start runs a process and when it counts as started. The zero value starts
+// the process and returns at once.
+type Options struct {
+	// Env is added to the test process's environment.
+	Env []string
+	// Ready, when set, makes Start wait for a line of the process's output (stdout and stderr)
+	// that contains it, such as `"msg":"xet-origin serving"`.
+	Ready string
+	// Healthy, when set, makes Start poll this URL (after Ready, if both are set) until it
+	// answers 200.
+	Healthy string
+	// StartTimeout bounds the wait for Ready and Healthy; the default is 60 s.
+	StartTimeout time.Duration
+	// StopTimeout is how long Stop (and the cleanup) wait after SIGTERM before they SIGKILL; the
+	// default is 30 s.
+	StopTimeout time.Duration
+	// ShowOnFailure selects the lines of the log shown when the test fails (its last 80 such
+	// lines); nil shows every line.
+	ShowOnFailure func(line string) bool
+}
+
+// Process is a process a test started with Start. Its output (stdout and stderr together) goes
+// to a log file; the tail of the log is shown when the test fails. When the test ends it is
+// stopped like Stop does, unless it has exited already. Its methods are safe for concurrent
+// use.
+type Process struct {
+	cmd  *exec.Cmd
+	name string
+	log  string // path of the log file
+	opts Options
+
+	exited  chan struct{} // closed when the process has been waited for
+	err     error         // Wait's result; read after exited is closed
+	logDone chan struct{} // closed when the output pipe hit EOF
+}
+
+// shownLines is how many log lines a failure shows.
+const shownLines = 80
+
+// Start runs bin with args and returns once it is started as opts say. If the process exits
+// before that, or the wait times out, the test fails with the tail of its log.
+func Start(t testing.TB, bin string, args []string, opts Options) *Process {
+	t.Helper()
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 30 * time.Second
+	}
+	name := filepath.Base(bin)
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		lf.Close()
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), opts.Env...)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	dieWithParent(cmd)
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy: EOF on pr once it exits
+	if err != nil {
+		pr.Close()
+		lf.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Process{cmd: cmd, name: name, log: logPath, opts: opts,
+		exited: make(chan struct{}), logDone: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() { // copy the output to the log, watching for the Ready marker
+		defer close(p.logDone)
+		defer lf.Close()
+		defer pr.Close()
+		r := bufio.NewReader(pr)
+		marked := opts.Ready == ""
+		for {
+			line, err := r.ReadString('\n')
+			lf.WriteString(line)
+			if !marked && strings.Contains(line, opts.Ready) {
+				marked = true
+				close(ready)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			if err := p.Stop(); err != nil {
+				t.Logf("%s at the end of the test: %v", name, err)
+			}
+		}
+		<-p.logDone
+		if t.Failed() {
+			t.Logf("%s log (last %d lines shown):\n%s", name, shownLines, p.tail())
+		}
+	})
+
+	deadline := time.NewTimer(opts.StartTimeout)
+	defer deadline.Stop()
+	if opts.Ready != "" {
+		select {
+		case <-ready:
+		case <-p.exited:
+			<-p.logDone
+			t.Fatalf("%s exited (%v) before logging %q:\n%s", name, p.err, opts.Ready, p.tail())
+		case <-deadline.C:
+			t.Fatalf("%s did not log %q within %v:\n%s", name, opts.Ready, opts.StartTimeout, p.tail())
+		}
+	}
+	if opts.Healthy != "" {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for !answers200(opts.Healthy) {
+			select {
+			case <-p.exited:
+				<-p.logDone
+				t.Fatalf("%s exited (%v) before %s answered:\n%s", name, p.err, opts.Healthy, p.tail())
+			case <-deadline.C:
+				t.Fatalf("%s: %s did not answer 200 within %v:\n%s", name, opts.Healthy, opts.StartTimeout, p.tail())
+			case <-tick.C:
+			}
+		}
+	}
+	return p
+}
+
+func answers200(url string) bool {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Exited is closed once the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Stop sends SIGTERM and waits for the exit; after Options.StopTimeout it sends SIGKILL. It
+// returns the process's exit error (nil for status 0), or an error saying it had to be killed.
+// Stopping an exited process returns how it exited.
+func (p *Process) Stop() error {
+	select {
+	case <-p.exited:
+		return p.err
+	default:
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	timer := time.NewTimer(p.opts.StopTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.exited:
+		return p.err
+	case <-timer.C:
+		p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("no exit within %v of SIGTERM: killed (%v)", p.opts.StopTimeout, p.err)
+	}
+}
+
+// Kill sends SIGKILL (a crash, as the process sees it: no drain) and waits for the exit.
+func (p *Process) Kill() error {
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.exited
+	return p.err
+}
+
+// Log returns what the process has written so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// tail returns the last shownLines lines of the log that ShowOnFailure selects.
+func (p *Process) tail() string {
+	var kept []string
+	for _, l := range strings.Split(strings.TrimRight(p.Log(), "\n"), "\n") {
+		if p.opts.ShowOnFailure == nil || p.opts.ShowOnFailure(l) {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept[max(0, len(kept)-shownLines):], "\n")
+}
