@@ -100,22 +100,11 @@ func transferURL(t *testing.T, o *proc, tok string, file hash.Hash) (string, str
 	if st != http.StatusOK {
 		t.Fatalf("reconstruction of %s: %d %s", file, st, body)
 	}
-	var a struct {
-		Terms []struct {
-			Hash hash.Hash `json:"hash"`
-		} `json:"terms"`
-		Xorbs map[string][]struct {
-			URL    string `json:"url"`
-			Ranges []struct {
-				Bytes struct{ Start, End uint64 } `json:"bytes"`
-			} `json:"ranges"`
-		} `json:"xorbs"`
+	u, rangeHdr := firstFetch(body)
+	if u == "" {
+		t.Fatalf("reconstruction of %s has no term: %s", file, body)
 	}
-	if err := json.Unmarshal(body, &a); err != nil || len(a.Terms) == 0 {
-		t.Fatalf("reconstruction of %s: %v %s", file, err, body)
-	}
-	e := a.Xorbs[a.Terms[0].Hash.String()][0]
-	return e.URL, fmt.Sprintf("bytes=%d-%d", e.Ranges[0].Bytes.Start, e.Ranges[0].Bytes.End)
+	return u, rangeHdr
 }
 
 // TestDependencyOutage runs the origin on PostgreSQL and MinIO through proxies, cuts each

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,14 +10,11 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,22 +35,7 @@ func buildBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "xet-origin")
-	out, err := exec.Command(testenv.GoTool(), "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testenv.Build(t, ".")
 }
 
 // proc is one configuration of the xet-origin binary: its data directory and listen address,
@@ -65,73 +46,26 @@ type proc struct {
 }
 
 func newOrigin(t *testing.T, bin string) *proc {
-	return &proc{bin: bin, dir: t.TempDir(), addr: freeAddr(t)}
+	return &proc{bin: bin, dir: t.TempDir(), addr: testenv.FreeAddr(t)}
 }
 
 func (o *proc) base() string { return "http://" + o.addr }
 
 // start runs the origin and returns once it logged that it serves (its listener is bound).
-// The process is killed when the test ends.
-func (o *proc) start(t *testing.T) *exec.Cmd {
+// The process is stopped when the test ends; a failed test shows its log lines above INFO.
+func (o *proc) start(t *testing.T) *testenv.Process {
 	t.Helper()
-	cmd := exec.Command(o.bin, append([]string{"--data-dir", o.dir, "--listen", o.addr}, o.args...)...)
-	cmd.Env = append(os.Environ(), o.env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 64)
-	go func() { // the log: its non-INFO lines are shown when the test fails
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var head []string
-	for l := range lines {
-		head = append(head, l)
-		if strings.Contains(l, `"msg":"xet-origin serving"`) {
-			var mu sync.Mutex
-			var notable []string
-			go func() {
-				for l := range lines {
-					if !strings.Contains(l, `"level":"INFO"`) {
-						mu.Lock()
-						notable = append(notable[max(0, len(notable)-49):], l)
-						mu.Unlock()
-					}
-				}
-			}()
-			t.Cleanup(func() {
-				if t.Failed() {
-					mu.Lock()
-					t.Logf("origin log (not INFO, last 50 lines):\n%s", strings.Join(notable, "\n"))
-					mu.Unlock()
-				}
-			})
-			return cmd
-		}
-	}
-	t.Fatalf("origin exited before serving:\n%s", strings.Join(head, "\n"))
-	return nil
+	return testenv.Start(t, o.bin, append([]string{"--data-dir", o.dir, "--listen", o.addr}, o.args...),
+		testenv.Options{Env: o.env, Ready: `"msg":"xet-origin serving"`,
+			ShowOnFailure: func(l string) bool { return !strings.Contains(l, `"level":"INFO"`) }})
 }
 
 // token mints a token with the origin's signing key.
 func (o *proc) token(t *testing.T, scope, access string) string {
 	t.Helper()
-	out, err := exec.Command(o.bin, "token", "--data-dir", o.dir, "--scope", scope, "--access", access).Output()
-	if err != nil {
-		t.Fatalf("token: %v", err)
-	}
-	tok := strings.TrimSpace(string(out))
+	tok := testenv.Run(t, o.bin, "token", "--data-dir", o.dir, "--scope", scope, "--access", access)
 	if strings.Count(tok, ".") != 2 || strings.ContainsAny(tok, " \n") {
-		t.Fatalf("token output %q is not just a JWT", out)
+		t.Fatalf("token output %q is not just a JWT", tok)
 	}
 	return tok
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -96,7 +95,7 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 		t.Run(bc.name, func(t *testing.T) {
 			o := newOrigin(t, bin)
 			bc.configure(t, o)
-			cmd := o.start(t)
+			srv := o.start(t)
 			if st, _ := call(t, "GET", o.base()+"/healthz", "", nil); st != 200 {
 				t.Fatalf("healthz %d", st)
 			}
@@ -143,10 +142,7 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 					t.Fatalf("fewer than %d files acknowledged in 30 s", killAfter)
 				}
 			}
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			cmd.Wait()
+			srv.Kill()
 			close(stop)
 			wg.Wait()
 			if t.Failed() {
@@ -214,20 +210,12 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 func TestGracefulStop(t *testing.T) {
 	bin := buildBinary(t)
 	o := newOrigin(t, bin)
-	cmd := o.start(t)
+	p := o.start(t)
 	if st, _ := call(t, "GET", o.base()+"/readyz", "", nil); st != 200 {
 		t.Fatalf("readyz %d", st)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit within 30 s of SIGTERM")
+	if err := p.Stop(); err != nil { // SIGTERM; killed after 30 s
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(o.dir, "keys", "signing.pem")); err != nil {
 		t.Fatalf("signing key: %v", err)
