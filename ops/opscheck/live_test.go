@@ -1,21 +1,17 @@
 package opscheck
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,83 +22,16 @@ import (
 // repoRoot is the module root seen from this package's directory (go test runs tests there).
 const repoRoot = "../.."
 
-func goBinary() string { return testenv.GoTool() }
-
-// buildBinaries builds xet-origin, xet-edge and xet into one temporary directory.
+// buildBinaries builds xet-origin, xet-edge and xet.
 func buildBinaries(t *testing.T) (origin, edge, cli string) {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command(goBinary(), "build", "-o", dir+string(filepath.Separator),
-		"github.com/xetcdn/xetcdn/cmd/xet-origin", "github.com/xetcdn/xetcdn/cmd/xet-edge",
-		"github.com/xetcdn/xetcdn/cmd/xet")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "xet-origin"), filepath.Join(dir, "xet-edge"), filepath.Join(dir, "xet")
+	return testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin"),
+		testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-edge"),
+		testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs bin and returns once a line of its log contains marker. Cleanup sends SIGTERM and
-// waits for the drain (killing it if it takes longer than 30 s).
-func start(t *testing.T, marker string, env []string, bin string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	var log bytes.Buffer
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		log.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), marker) {
-			go func() {
-				io.Copy(io.Discard, stderr)
-				cmd.Wait()
-				close(exited)
-			}()
-			return
-		}
-	}
-	cmd.Wait()
-	close(exited)
-	t.Fatalf("%s %q exited before logging %q:\n%s", filepath.Base(bin), args, marker, log.String())
-}
-
-func run(t *testing.T, bin string, args ...string) string {
-	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), args, err, stderr.String())
-	}
-	return strings.TrimSpace(string(out))
-}
+// freeAddr is testenv.FreeAddr (deploy_test.go uses it too).
+func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }
 
 func request(t *testing.T, method, url, token string, body []byte) int {
 	t.Helper()
@@ -148,13 +77,14 @@ func liveNames(t *testing.T) map[string]bool {
 	odir, tmp := t.TempDir(), t.TempDir()
 	cfg := relocateConfig(t, filepath.Join(repoRoot, "deploy/config/origin-embedded.json"), tmp)
 	oaddr, oadmin := freeAddr(t), freeAddr(t)
-	start(t, `"msg":"xet-origin serving"`, nil, originBin, "--config", cfg, "--data-dir", odir,
-		"--listen", oaddr, "--admin-listen", oadmin, "--public-url", "http://"+oaddr)
+	testenv.Start(t, originBin, []string{"--config", cfg, "--data-dir", odir,
+		"--listen", oaddr, "--admin-listen", oadmin, "--public-url", "http://" + oaddr},
+		testenv.Options{Ready: `"msg":"xet-origin serving"`})
 	origin := "http://" + oaddr
 	const scope = "models/opscheck/live"
-	write := run(t, originBin, "token", "--data-dir", odir, "--scope", scope, "--access", "write")
-	read := run(t, originBin, "token", "--data-dir", odir, "--scope", scope, "--access", "read")
-	edgeTok := run(t, originBin, "token", "--data-dir", odir, "--access", "edge")
+	write := testenv.Run(t, originBin, "token", "--data-dir", odir, "--scope", scope, "--access", "write")
+	read := testenv.Run(t, originBin, "token", "--data-dir", odir, "--scope", scope, "--access", "read")
+	edgeTok := testenv.Run(t, originBin, "token", "--data-dir", odir, "--access", "edge")
 
 	// Several chunks, two uploads: inserted and existing xorbs and shards, dedup queries.
 	data := make([]byte, 3<<20)
@@ -167,7 +97,7 @@ func liveNames(t *testing.T) map[string]bool {
 		FileHash string `json:"file_hash"`
 	}
 	for range 2 {
-		out := run(t, cli, "upload", "--endpoint", origin, "--token", write, file)
+		out := testenv.Run(t, cli, "upload", "--endpoint", origin, "--token", write, file)
 		if err := json.Unmarshal([]byte(out), &up); err != nil || up.FileHash == "" {
 			t.Fatalf("xet upload printed %q: %v", out, err)
 		}
@@ -188,7 +118,7 @@ func liveNames(t *testing.T) map[string]bool {
 	edgeHTTP := edgeAdmin.http
 	out := filepath.Join(tmp, "download.bin")
 	for range 2 {
-		run(t, cli, "download", "--endpoint", "http://"+edgeHTTP, "--token", read, "--hash", up.FileHash,
+		testenv.Run(t, cli, "download", "--endpoint", "http://"+edgeHTTP, "--token", read, "--hash", up.FileHash,
 			"--size", fmt.Sprint(len(data)), "-o", out)
 	}
 	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
@@ -213,9 +143,9 @@ type edgeAddrs struct{ http, admin string }
 func startEdge(t *testing.T, bin, origin, token, permits string) edgeAddrs {
 	t.Helper()
 	a := edgeAddrs{http: freeAddr(t), admin: freeAddr(t)}
-	start(t, `"msg":"xet-edge serving"`, []string{"XETCDN_EDGE_ORIGIN_TOKEN=" + token}, bin,
-		"--origin", origin, "--data-dir", t.TempDir(), "--listen", freeAddr(t), "--http-listen", a.http,
-		"--admin-listen", a.admin, "--public-url", "http://"+a.http, "--permits", permits)
+	testenv.Start(t, bin, []string{"--origin", origin, "--data-dir", t.TempDir(), "--listen", freeAddr(t),
+		"--http-listen", a.http, "--admin-listen", a.admin, "--public-url", "http://" + a.http, "--permits", permits},
+		testenv.Options{Env: []string{"XETCDN_EDGE_ORIGIN_TOKEN=" + token}, Ready: `"msg":"xet-edge serving"`})
 	return a
 }
 
