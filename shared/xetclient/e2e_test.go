@@ -8,13 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,9 +22,9 @@ import (
 
 // origin is a real xet-origin process on loopback, built from this checkout.
 type origin struct {
-	url     string
-	dataDir string
-	bin     string // directory holding the built xet-origin and xet binaries
+	url      string
+	dataDir  string
+	bin, cli string // the built xet-origin and xet binaries
 }
 
 // startOrigin builds cmd/xet-origin and cmd/xet, starts the origin on a free loopback port with
@@ -37,70 +34,18 @@ func startOrigin(t *testing.T) *origin {
 	if testing.Short() {
 		t.Skip("end-to-end test builds and runs the origin binary")
 	}
-	bin := t.TempDir()
-	gobin := testenv.GoTool()
-	build := exec.Command(gobin, "build", "-o", bin, "../../cmd/xet-origin", "../../cmd/xet")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	o := &origin{url: "http://" + addr, dataDir: t.TempDir(), bin: bin}
-	var logs bytes.Buffer
-	cmd := exec.Command(filepath.Join(bin, "xet-origin"), "--data-dir", o.dataDir, "--listen", addr)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("origin log:\n%s", logs.String())
-		}
-	})
-	// Poll readiness: the condition is the origin answering, not elapsed time.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for {
-		resp, err := http.Get(o.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return o
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("origin exited: %v\n%s", err, logs.String())
-		case <-deadline:
-			t.Fatalf("origin not ready after 30 s\n%s", logs.String())
-		case <-tick.C:
-		}
-	}
+	addr := testenv.FreeAddr(t)
+	o := &origin{url: "http://" + addr, dataDir: t.TempDir(),
+		bin: testenv.Build(t, "../../cmd/xet-origin"), cli: testenv.Build(t, "../../cmd/xet")}
+	testenv.Start(t, o.bin, []string{"--data-dir", o.dataDir, "--listen", addr}, testenv.Options{
+		Healthy: o.url + "/readyz", StartTimeout: 30 * time.Second, StopTimeout: 20 * time.Second})
+	return o
 }
 
 // token mints a token with `xet-origin token`.
 func (o *origin) token(t *testing.T, scope, access string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(o.bin, "xet-origin"), "token", "--data-dir", o.dataDir,
-		"--scope", scope, "--access", access).Output()
-	if err != nil {
-		t.Fatalf("xet-origin token: %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return testenv.Run(t, o.bin, "token", "--data-dir", o.dataDir, "--scope", scope, "--access", access)
 }
 
 func TestE2EOrigin(t *testing.T) {
@@ -213,7 +158,7 @@ func TestE2EOrigin(t *testing.T) {
 		if err := os.WriteFile(in, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		xet := filepath.Join(o.bin, "xet")
+		xet := o.cli
 		out, err := exec.Command(xet, "upload", "--endpoint", o.url, "--token", write, in).Output()
 		if err != nil {
 			t.Fatalf("xet upload: %v", err)
