@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -10,12 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,95 +23,56 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// originBin is the xet-origin binary TestMain builds (empty with -short).
-var originBin string
+// binaries builds the xet-origin binary once for all the tests of the run.
+var binaries *testenv.Binaries
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := func() int {
-		if testing.Short() {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "xet-edge-test-")
+		b, err := testenv.NewBinaries()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		originBin = filepath.Join(dir, "xet-origin")
-		out, err := exec.Command(goBinary(), "build", "-o", originBin, "github.com/xetcdn/xetcdn/cmd/xet-origin").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build xet-origin: %v\n%s", err, out)
-			return 1
-		}
+		defer b.Close()
+		binaries = b
 		return m.Run()
 	}()
 	os.Exit(code)
 }
 
-func needOrigin(t *testing.T) {
+// originBin returns the xet-origin binary; with -short the test is skipped.
+func originBin(t *testing.T) string {
 	t.Helper()
-	if originBin == "" {
+	if testing.Short() {
 		t.Skip("runs the origin binary (not with -short)")
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return binaries.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
 }
 
 // origin is a running xet-origin process.
 type origin struct {
-	dir, addr, url string
-	cmd            *exec.Cmd
+	bin, dir, addr, url string
+	proc                *testenv.Process
 }
 
-// startOrigin runs the origin on dir and returns once it logged that it serves.
-func startOrigin(t *testing.T, dir string) *origin {
+// startOrigin runs the origin on dir, with extra flags, and returns once it logged that it
+// serves. It is stopped when the test ends.
+func startOrigin(t *testing.T, dir string, extra ...string) *origin {
 	t.Helper()
-	needOrigin(t)
-	o := &origin{dir: dir, addr: freeAddr(t)}
+	o := &origin{bin: originBin(t), dir: dir, addr: testenv.FreeAddr(t)}
 	o.url = "http://" + o.addr
-	o.cmd = exec.Command(originBin, "--data-dir", dir, "--listen", o.addr)
-	stderr, err := o.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.stop)
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"msg":"xet-origin serving"`) {
-			go io.Copy(io.Discard, stderr)
-			return o
-		}
-	}
-	t.Fatalf("origin exited before serving: %v", sc.Err())
-	return nil
+	o.proc = testenv.Start(t, o.bin, append([]string{"--data-dir", dir, "--listen", o.addr}, extra...),
+		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	return o
 }
 
-func (o *origin) stop() {
-	if o.cmd.ProcessState == nil {
-		_ = o.cmd.Process.Kill()
-		_ = o.cmd.Wait()
-	}
-}
+// stop kills the origin (no drain: it is gone at once).
+func (o *origin) stop() { o.proc.Kill() }
 
 func (o *origin) token(t *testing.T, scope, access string) string {
 	t.Helper()
-	out, err := exec.Command(originBin, "token", "--data-dir", o.dir, "--scope", scope, "--access", access).Output()
-	if err != nil {
-		t.Fatalf("token: %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return testenv.Run(t, o.bin, "token", "--data-dir", o.dir, "--scope", scope, "--access", access)
 }
 
 // fixture is a file uploaded to the origin: its bytes and the layouts of its xorbs.
@@ -306,6 +262,3 @@ func (e *runningEdge) metric(t *testing.T, name string, want ...string) float64 
 	}
 	return sum
 }
-
-// goBinary is the go command: the one on PATH, else the one under $GOROOT.
-func goBinary() string { return testenv.GoTool() }

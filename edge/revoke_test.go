@@ -1,15 +1,12 @@
 package edge
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
@@ -20,28 +17,8 @@ const revokeDeadline = 10 * time.Second
 // port, and returns the origin and the admin listener's base URL.
 func startOriginAdmin(t *testing.T, dir string) (*origin, string) {
 	t.Helper()
-	needOrigin(t)
-	o := &origin{dir: dir, addr: freeAddr(t)}
-	o.url = "http://" + o.addr
-	admin := freeAddr(t)
-	o.cmd = exec.Command(originBin, "--data-dir", dir, "--listen", o.addr, "--admin-listen", admin)
-	stderr, err := o.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.stop)
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"msg":"xet-origin serving"`) {
-			go io.Copy(io.Discard, stderr)
-			return o, "http://" + admin
-		}
-	}
-	t.Fatalf("origin exited before serving: %v", sc.Err())
-	return nil, ""
+	admin := testenv.FreeAddr(t)
+	return startOrigin(t, dir, "--admin-listen", admin), "http://" + admin
 }
 
 // TestRevoke hides a file on the origin's admin listener and checks that an edge which served
