@@ -107,19 +107,26 @@ func transferURL(t *testing.T, o *proc, tok string, file hash.Hash) (string, str
 	return u, rangeHdr
 }
 
+// proxiedOrigin starts an origin on a fresh PostgreSQL database and MinIO bucket, each reached
+// through a proxy the test can cut.
+func proxiedOrigin(t *testing.T) (o *proc, pg, s3 *testenv.Proxy) {
+	t.Helper()
+	bin := buildBinary(t)
+	pgAddr, s3Addr := services(t)
+	pg, s3 = testenv.NewProxy(t, pgAddr), testenv.NewProxy(t, s3Addr)
+	o = newOrigin(t, bin)
+	production(t, o, pg.Addr(), s3.Addr())
+	o.start(t)
+	return o, pg, s3
+}
+
 // TestDependencyOutage runs the origin on PostgreSQL and MinIO through proxies, cuts each
 // dependency in turn and checks what the routes that need it answer: 503 with Retry-After and
 // a JSON error (a retryable error frame on /v2/shards), promptly; /readyz 503 and /healthz 200;
 // routes that do not need the dead dependency keep serving. A write rejected during the outage
 // leaves no trace, and once the proxy is restored the same requests succeed without a restart.
 func TestDependencyOutage(t *testing.T) {
-	bin := buildBinary(t)
-	pgAddr, s3Addr := services(t)
-	pg := testenv.NewProxy(t, pgAddr)
-	s3 := testenv.NewProxy(t, s3Addr)
-	o := newOrigin(t, bin)
-	production(t, o, pg.Addr(), s3.Addr())
-	o.start(t)
+	o, pg, s3 := proxiedOrigin(t)
 	const scope = "models/outage/test"
 	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
 	edge := o.token(t, "", "edge")
@@ -311,13 +318,7 @@ func (l *flapLog) counts() (ok, unav int) {
 // query or a PUT is never a 500. Afterwards every acknowledged file downloads byte-exact and
 // every other one is whole or absent.
 func TestDependencyFlapping(t *testing.T) {
-	bin := buildBinary(t)
-	pgAddr, s3Addr := services(t)
-	pg := testenv.NewProxy(t, pgAddr)
-	s3 := testenv.NewProxy(t, s3Addr)
-	o := newOrigin(t, bin)
-	production(t, o, pg.Addr(), s3.Addr())
-	o.start(t)
+	o, pg, s3 := proxiedOrigin(t)
 	const scope = "models/flap/test"
 	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
 	log := &flapLog{fileAcked: map[hash.Hash]bool{}, events: make(chan struct{}, 1<<16)}
