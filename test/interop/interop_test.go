@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -32,7 +31,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -531,15 +529,7 @@ type binaries struct{ origin, edge string }
 // XETCDN_INTEROP_ORIGIN_BIN / XETCDN_INTEROP_EDGE_BIN name prebuilt binaries to use instead.
 func buildBinaries(t *testing.T, root string) binaries {
 	t.Helper()
-	dir := t.TempDir()
 	var b binaries
-	build := func(out, pkg string) {
-		cmd := exec.CommandContext(t.Context(), goTool(), "build", "-o", out, pkg)
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
-		}
-	}
 	for _, bin := range []struct {
 		name, env string
 		dst       *string
@@ -549,8 +539,7 @@ func buildBinaries(t *testing.T, root string) binaries {
 			continue
 		}
 		if hasGoFiles(filepath.Join(root, "cmd", bin.name)) {
-			*bin.dst = filepath.Join(dir, bin.name)
-			build(*bin.dst, "./cmd/"+bin.name)
+			*bin.dst = testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/"+bin.name)
 		}
 	}
 	if b.origin == "" {
@@ -636,75 +625,12 @@ func postgresMinIO(t *testing.T) backend {
 	}
 }
 
-// process is a server binary the test started; it is stopped (SIGTERM, then SIGKILL) at cleanup
-// and its log is printed when the test failed.
-type process struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan error
-}
-
-func startProcess(t *testing.T, name string, env []string, bin string, args ...string) *process {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	dieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &process{cmd: cmd, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); lf.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("%s log (tail):\n%s", name, tail(string(b), 80))
-		}
-	})
-	return p
-}
-
-// waitHealthy polls url until it answers 200, the process exits, or the startup timeout passes.
-func (p *process) waitHealthy(t *testing.T, url string, client *http.Client) {
-	t.Helper()
-	deadline := time.NewTimer(startupTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if resp, err := client.Get(url); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case err := <-p.done:
-			p.done <- err
-			b, _ := os.ReadFile(p.log)
-			t.Fatalf("server exited before %s answered: %v\n%s", url, err, tail(string(b), 40))
-		case <-deadline.C:
-			t.Fatalf("%s not healthy after %v", url, startupTimeout)
-		case <-tick.C:
-		}
-	}
+// serverOptions are how the servers run: SIGTERM at cleanup, SIGKILL 20 s later.
+func serverOptions(env []string, healthz string) testenv.Options {
+	return testenv.Options{Env: env, Healthy: healthz, StartTimeout: startupTimeout, StopTimeout: 20 * time.Second}
 }
 
 type origin struct {
-	*process
 	bin, dataDir string
 	url, admin   string
 	env          []string // for the clients: their own cache dir for this server, fast retries
@@ -716,8 +642,8 @@ func startOrigin(t *testing.T, bin string, be backend) *origin {
 	o := &origin{
 		bin:     bin,
 		dataDir: filepath.Join(dir, "data"),
-		url:     "http://" + freeAddr(t),
-		admin:   "http://" + freeAddr(t),
+		url:     "http://" + testenv.FreeAddr(t),
+		admin:   "http://" + testenv.FreeAddr(t),
 		env: []string{
 			// hf_xet dedups against a local shard cache; one per server keeps a second server
 			// from being sent shards that reference xorbs only the first one has.
@@ -738,24 +664,16 @@ func startOrigin(t *testing.T, bin string, be backend) *origin {
 		}
 		args = append(args, "--config", cfg)
 	}
-	o.process = startProcess(t, "xet-origin", be.env, bin, args...)
-	o.waitHealthy(t, o.url+"/healthz", http.DefaultClient)
+	testenv.Start(t, bin, args, serverOptions(be.env, o.url+"/healthz"))
 	return o
 }
 
 // token mints a token with `xet-origin token`.
 func (o *origin) token(t *testing.T, scope, access string) string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), o.bin, "token", "--data-dir", o.dataDir, "--scope", scope, "--access", access)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("xet-origin token --scope %s --access %s: %v\n%s", scope, access, err, stderr.String())
-	}
-	tok := strings.TrimSpace(string(out))
+	tok := testenv.Run(t, o.bin, "token", "--data-dir", o.dataDir, "--scope", scope, "--access", access)
 	if tok == "" || strings.ContainsAny(tok, " \n") {
-		t.Fatalf("xet-origin token printed %q, want one token", out)
+		t.Fatalf("xet-origin token printed %q, want one token", tok)
 	}
 	return tok
 }
@@ -856,7 +774,6 @@ func (e endpoints) env(base []string) []string {
 }
 
 type edge struct {
-	*process
 	tlsURL, httpURL string
 	caFile          string
 }
@@ -867,15 +784,14 @@ type edge struct {
 func startEdge(t *testing.T, bin string, o *origin, plainURLs bool) *edge {
 	t.Helper()
 	dir := t.TempDir()
-	tlsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	tlsAddr, httpAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	e := &edge{tlsURL: "https://" + tlsAddr, httpURL: "http://" + httpAddr}
 	args := []string{"--origin", o.url, "--origin-token", o.token(t, scope, "edge"),
 		"--data-dir", dir, "--listen", tlsAddr, "--http-listen", httpAddr}
 	if plainURLs {
 		args = append(args, "--public-url", e.httpURL)
 	}
-	e.process = startProcess(t, "xet-edge", nil, bin, args...)
-	e.waitHealthy(t, e.httpURL+"/healthz", http.DefaultClient)
+	testenv.Start(t, bin, args, serverOptions(nil, e.httpURL+"/healthz"))
 	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || e.caFile != "" {
 			return nil
@@ -1031,19 +947,6 @@ func moduleRoot(t *testing.T) string {
 func hasGoFiles(dir string) bool {
 	m, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 	return len(m) > 0
-}
-
-func goTool() string { return testenv.GoTool() }
-
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func randomSuffix(t *testing.T) string {
