@@ -2,11 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 func (fx *reconFixture) answerCount(tb testing.TB, part, result string) float64 {
@@ -269,4 +272,59 @@ func TestReconEmptyFile(t *testing.T) {
 	if h := fx.answerCount(t, "answer", "hit"); h != 1 {
 		t.Fatalf("answer cache hits %v, want 1 (the second whole-file request)", h)
 	}
+}
+
+// TestReconAnswerEncodedOnce: concurrent whole-file requests that all miss the answer cache (a
+// new file, or the first requests of a new URL expiry interval) encode the answer once, and
+// every one of them gets the same bytes as a fresh encoding.
+func TestReconAnswerEncodedOnce(t *testing.T) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
+	const clients = 16
+	fx := newReconFixture(t, rec, layouts, Options{Permits: clients})
+	barrier := &barrierMeta{Metadata: fx.meta}
+	fx.srv.o.Meta = barrier // every client looks the file up before any of them goes on
+	encodes := func() float64 {
+		var m dto.Metric
+		if err := fx.srv.m.answerEncodes.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	for round := range 3 {
+		want := fx.want(t, nil)
+		before := encodes()
+		barrier.arrive.Add(clients)
+		var wg sync.WaitGroup
+		codes := make([]int, clients)
+		bodies := make([][]byte, clients)
+		for i := range clients {
+			wg.Go(func() {
+				w := fx.do(t, "v2", "")
+				codes[i], bodies[i] = w.Code, w.Body.Bytes()
+			})
+		}
+		wg.Wait()
+		for i := range clients {
+			if codes[i] != 200 || !bytes.Equal(bodies[i], want) {
+				t.Fatalf("round %d, client %d: status %d, answer differs from a fresh encoding: %t", round, i, codes[i], !bytes.Equal(bodies[i], want))
+			}
+		}
+		if got := encodes() - before; got != 1 {
+			t.Fatalf("round %d: %d concurrent misses encoded the answer %v times, want once", round, clients, got)
+		}
+		*fx.now = fx.now.Add(time.Minute) // the next round starts a new expiry interval
+	}
+}
+
+// barrierMeta holds every File call until arrive reaches zero, so that the callers go on
+// together.
+type barrierMeta struct {
+	Metadata
+	arrive sync.WaitGroup
+}
+
+func (b *barrierMeta) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	b.arrive.Done()
+	b.arrive.Wait()
+	return b.Metadata.File(ctx, h, scope)
 }

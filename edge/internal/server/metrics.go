@@ -13,6 +13,7 @@ type metrics struct {
 	planCache      *prometheus.CounterVec
 	answerCache    *prometheus.CounterVec
 	answerBytes    prometheus.Gauge
+	answerEncodes  prometheus.Counter
 	transferBytes  prometheus.Counter
 	verifyFailures prometheus.Counter
 }
@@ -41,6 +42,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"part", "result"}),
 		answerBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_edge_recon_answer_cache_bytes",
 			Help: "Bytes held by the answer cache (encoded terms and signed whole-file answers)."}),
+		answerEncodes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_recon_answer_encodes_total",
+			Help: "Whole-file answers encoded for the answer cache (concurrent misses of one answer encode it once)."}),
 		transferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_served_bytes_total",
 			Help: "Xorb bytes served on the transfer route."}),
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
@@ -49,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.fallbacks.WithLabelValues("no_permit")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon, m.planCache,
-			m.answerCache, m.answerBytes, m.transferBytes, m.verifyFailures)
+			m.answerCache, m.answerBytes, m.answerEncodes, m.transferBytes, m.verifyFailures)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -130,6 +131,40 @@ func wholeRange(rec *recon.FileRecord, rng *httprange.Range) bool {
 	return err == nil && br.Start == 0 && br.End == rec.Size-1
 }
 
+// encodedAnswer is a whole-file answer: the record's encoded terms and the signed rest.
+type encodedAnswer struct {
+	terms *recon.Terms
+	rest  []byte
+}
+
+// encodeWhole encodes rec's whole-file answer signed for expiry exp, reusing the record's
+// cached terms, and caches what it encoded. A whole-file plan reads no layouts, so it needs no
+// request context: one caller leaving does not fail the others waiting for the result.
+func (s *Server) encodeWhole(rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) (encodedAnswer, error) {
+	s.m.answerEncodes.Inc()
+	a, err := s.plan(context.Background(), rec, true, nil)
+	if err != nil {
+		return encodedAnswer{}, err
+	}
+	terms, _ := s.answers.lookup(rec, v2, exp)
+	if terms == nil {
+		t, err := recon.EncodeTerms(a)
+		if err != nil {
+			return encodedAnswer{}, err
+		}
+		terms = s.answers.putTerms(rec, t)
+	}
+	hint := make([]byte, 0, 64+200*a.NumRanges())
+	var rest []byte
+	if v2 {
+		rest = recon.Encoder{}.AppendRestV2(hint, a, signer)
+	} else {
+		rest = recon.Encoder{}.AppendRestV1(hint, a, signer)
+	}
+	s.answers.putRest(rec, v2, exp, rest)
+	return encodedAnswer{terms, rest}, nil
+}
+
 // writeWhole writes rec's whole-file answer signed for expiry exp from the answer cache,
 // encoding and caching what is missing: the terms (once per record) and the rest (once per
 // record, version and expiry).
@@ -137,24 +172,19 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 	terms, rest := s.answers.lookup(rec, v2, exp)
 	s.m.countAnswer("answer", rest != nil)
 	if rest == nil {
-		a, err := s.plan(r.Context(), rec, true, nil)
+		// Concurrent misses of one answer (a popular file when a new expiry interval starts)
+		// encode it once; the others wait for that encoding.
+		key := fmt.Sprintf("%p/%t/%d", rec, v2, exp)
+		v, err, _ := s.encodes.Do(key, func() (any, error) {
+			if t, b := s.answers.lookup(rec, v2, exp); b != nil {
+				return encodedAnswer{t, b}, nil
+			}
+			return s.encodeWhole(rec, v2, exp, signer)
+		})
 		if err != nil {
 			return err
 		}
-		if terms == nil {
-			t, err := recon.EncodeTerms(a)
-			if err != nil {
-				return err
-			}
-			terms = s.answers.putTerms(rec, t)
-		}
-		hint := make([]byte, 0, 64+200*a.NumRanges())
-		if v2 {
-			rest = recon.Encoder{}.AppendRestV2(hint, a, signer)
-		} else {
-			rest = recon.Encoder{}.AppendRestV1(hint, a, signer)
-		}
-		s.answers.putRest(rec, v2, exp, rest)
+		terms, rest = v.(encodedAnswer).terms, v.(encodedAnswer).rest
 	}
 	prefix := terms.Prefix()
 	end := startBatch(w, r)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/edge/internal/metacache"
@@ -114,6 +115,7 @@ type Server struct {
 	bufs sync.Pool
 	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
 	plans      *planCache
+	encodes    singleflight.Group // collapses concurrent encodings of one whole-file answer
 	answers    *answerCache
 	empty      *recon.FileRecord // the empty file's record (never modified)
 	maxWriters int
