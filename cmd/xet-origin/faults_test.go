@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
@@ -447,20 +448,10 @@ func TestDependencyFlapping(t *testing.T) {
 // firstFetch returns the transfer URL and Range header of the first term of a /v2
 // reconstruction answer ("" when it has none).
 func firstFetch(body []byte) (string, string) {
-	var a struct {
-		Terms []struct {
-			Hash hash.Hash `json:"hash"`
-		} `json:"terms"`
-		Xorbs map[string][]struct {
-			URL    string `json:"url"`
-			Ranges []struct {
-				Bytes struct{ Start, End uint64 } `json:"bytes"`
-			} `json:"ranges"`
-		} `json:"xorbs"`
-	}
-	if json.Unmarshal(body, &a) != nil || len(a.Terms) == 0 {
+	var a wire.QueryReconstructionResponseV2
+	if json.Unmarshal(body, &a) != nil || len(a.Terms) == 0 || len(a.Xorbs[a.Terms[0].Hash]) == 0 {
 		return "", ""
 	}
-	e := a.Xorbs[a.Terms[0].Hash.String()][0]
+	e := a.Xorbs[a.Terms[0].Hash][0]
 	return e.URL, fmt.Sprintf("bytes=%d-%d", e.Ranges[0].Bytes.Start, e.Ranges[0].Bytes.End)
 }

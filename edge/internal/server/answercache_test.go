@@ -17,6 +17,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -33,14 +34,7 @@ func (fx *reconFixture) answerCount(tb testing.TB, part, result string) float64 
 // clock) and covers every byte range the entry lists.
 func (fx *reconFixture) checkURLs(tb testing.TB, body []byte) {
 	tb.Helper()
-	var ans struct {
-		Xorbs map[string][]struct {
-			URL    string `json:"url"`
-			Ranges []struct {
-				Bytes struct{ Start, End uint64 } `json:"bytes"`
-			} `json:"ranges"`
-		} `json:"xorbs"`
-	}
+	var ans wire.QueryReconstructionResponseV2
 	if err := json.Unmarshal(body, &ans); err != nil {
 		tb.Fatal(err)
 	}
@@ -51,7 +45,7 @@ func (fx *reconFixture) checkURLs(tb testing.TB, body []byte) {
 				tb.Fatal(err)
 			}
 			h, signed, err := fx.signer.Verify(u.Path, u.RawQuery, *fx.now)
-			if err != nil || h.String() != x {
+			if err != nil || h != x {
 				tb.Fatalf("xorb %s: URL %s: %v (hash %s)", x, e.URL, err, h)
 			}
 			var want []httprange.Range

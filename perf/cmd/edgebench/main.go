@@ -45,16 +45,8 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/xetcdn/xetcdn/perf/fixture"
+	"github.com/xetcdn/xetcdn/shared/wire"
 )
-
-type answer struct {
-	Xorbs map[string][]struct {
-		URL    string `json:"url"`
-		Ranges []struct {
-			Bytes struct{ Start, End uint64 } `json:"bytes"`
-		} `json:"ranges"`
-	} `json:"xorbs"`
-}
 
 func main() {
 	base := flag.String("url", "", "edge (or origin) base URL")
@@ -187,7 +179,7 @@ func transfer(mk func() *http.Client, base, token, file, edgeBase, static string
 	if err != nil {
 		return err
 	}
-	var a answer
+	var a wire.QueryReconstructionResponseV2
 	if err := json.Unmarshal(b, &a); err != nil {
 		return err
 	}
@@ -203,7 +195,7 @@ func transfer(mk func() *http.Client, base, token, file, edgeBase, static string
 				eu = strings.TrimSuffix(edgeBase, "/") + u.RequestURI()
 			}
 			for _, r := range e.Ranges {
-				jobs = append(jobs, job{edge: eu, static: strings.TrimSuffix(static, "/") + "/" + h,
+				jobs = append(jobs, job{edge: eu, static: strings.TrimSuffix(static, "/") + "/" + h.String(),
 					rng: fmt.Sprintf("bytes=%d-%d", r.Bytes.Start, r.Bytes.End), n: int64(r.Bytes.End-r.Bytes.Start) + 1})
 			}
 		}
