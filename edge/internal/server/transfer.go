@@ -172,7 +172,8 @@ func (s *Server) send(w io.Writer, p *span, buf []byte) error {
 	var err error
 	switch {
 	case buf != nil:
-		n, err = copyBuffer(w, p.rr, p.n, buf)
+		// struct{io.Writer} hides w's ReadFrom, which would copy through its own buffer.
+		n, err = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(p.rr, p.n), buf)
 	case p.rr.Len() == p.n:
 		n, err = p.rr.WriteTo(w)
 	default:
@@ -183,35 +184,6 @@ func (s *Server) send(w io.Writer, p *span, buf []byte) error {
 		err = fmt.Errorf("sent %d of %d bytes: %w", n, p.n, io.ErrUnexpectedEOF)
 	}
 	return err
-}
-
-// copyBuffer copies n bytes from src to w through buf, and stops at the first error of either.
-// It reports io.ErrUnexpectedEOF when src ends early.
-func copyBuffer(w io.Writer, src io.Reader, n int64, buf []byte) (int64, error) {
-	var done int64
-	for done < n {
-		m, rerr := src.Read(buf[:min(int64(len(buf)), n-done)])
-		if m > 0 {
-			k, werr := w.Write(buf[:m])
-			done += int64(k)
-			if werr != nil {
-				return done, werr
-			}
-			if k < m {
-				return done, io.ErrShortWrite
-			}
-		}
-		if rerr == io.EOF {
-			if done < n {
-				return done, io.ErrUnexpectedEOF
-			}
-			return done, nil
-		}
-		if rerr != nil {
-			return done, rerr
-		}
-	}
-	return done, nil
 }
 
 // firstEndAbove is the index of the chunk holding stored byte off (off < ChunkAreaLen).

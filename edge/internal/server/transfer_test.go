@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -368,71 +367,6 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
-}
-
-// errReader returns n bytes of zeros, then err.
-type errReader struct {
-	n   int
-	err error
-}
-
-func (r *errReader) Read(p []byte) (int, error) {
-	if r.n == 0 {
-		return 0, r.err
-	}
-	k := min(len(p), r.n)
-	clear(p[:k])
-	r.n -= k
-	return k, nil
-}
-
-// limitWriter accepts n bytes, then fails with err (or, with short, writes part of p silently).
-type limitWriter struct {
-	n     int
-	err   error
-	short bool
-}
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	if len(p) <= w.n {
-		w.n -= len(p)
-		return len(p), nil
-	}
-	k := w.n
-	w.n = 0
-	if w.short {
-		return k, nil
-	}
-	return k, w.err
-}
-
-func TestCopyBuffer(t *testing.T) {
-	errRead := errors.New("read failed")
-	tests := []struct {
-		name    string
-		src     io.Reader
-		w       io.Writer
-		n       int64
-		want    int64
-		wantErr error
-	}{
-		{"exact", &errReader{n: 100, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 100, nil},
-		{"more in the source than asked", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 100, nil},
-		{"several buffers", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 1 << 20}, 1000, 1000, nil},
-		{"short source", &errReader{n: 90, err: io.EOF}, &limitWriter{n: 1 << 20}, 100, 90, io.ErrUnexpectedEOF},
-		{"read error", &errReader{n: 90, err: errRead}, &limitWriter{n: 1 << 20}, 100, 90, errRead},
-		{"write error", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 150, err: errWriteFailed}, 1000, 150, errWriteFailed},
-		{"short write", &errReader{n: 1000, err: io.EOF}, &limitWriter{n: 150, short: true}, 1000, 150, io.ErrShortWrite},
-		{"nothing", &errReader{err: errRead}, &limitWriter{}, 0, 0, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			n, err := copyBuffer(tc.w, tc.src, tc.n, make([]byte, 64))
-			if n != tc.want || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
-				t.Fatalf("copied %d, %v; want %d, %v", n, err, tc.want, tc.wantErr)
-			}
-		})
-	}
 }
 
 func testutilCounter(t *testing.T, s *Server) float64 {
