@@ -137,16 +137,15 @@ type encodedAnswer struct {
 	rest  []byte
 }
 
-// encodeWhole encodes rec's whole-file answer signed for expiry exp, reusing the record's
-// cached terms, and caches what it encoded. A whole-file plan reads no layouts, so it needs no
+// encodeWhole encodes rec's whole-file answer signed for expiry exp, reusing terms (the
+// record's cached terms; nil: none cached), and caches what it encoded. A whole-file plan reads no layouts, so it needs no
 // request context: one caller leaving does not fail the others waiting for the result.
-func (s *Server) encodeWhole(rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) (encodedAnswer, error) {
+func (s *Server) encodeWhole(rec *recon.FileRecord, terms *recon.Terms, v2 bool, exp int64, signer urlsign.At) (encodedAnswer, error) {
 	s.m.answerEncodes.Inc()
 	a, err := s.plan(context.Background(), rec, true, nil)
 	if err != nil {
 		return encodedAnswer{}, err
 	}
-	terms, _ := s.answers.lookup(rec, v2, exp)
 	if terms == nil {
 		t, err := recon.EncodeTerms(a)
 		if err != nil {
@@ -176,10 +175,11 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 		// encode it once; the others wait for that encoding.
 		key := fmt.Sprintf("%p/%t/%d", rec, v2, exp)
 		v, err, _ := s.encodes.Do(key, func() (any, error) {
-			if t, b := s.answers.lookup(rec, v2, exp); b != nil {
+			t, b := s.answers.lookup(rec, v2, exp)
+			if b != nil {
 				return encodedAnswer{t, b}, nil
 			}
-			return s.encodeWhole(rec, v2, exp, signer)
+			return s.encodeWhole(rec, t, v2, exp, signer)
 		})
 		if err != nil {
 			return err
