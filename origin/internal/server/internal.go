@@ -40,23 +40,14 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: scope parameter is required", httpapi.ErrBadRequest)
 	}
 	ctx := r.Context()
-	raw, isRaw := s.idx.(index.Raw)
-	if r.Method == http.MethodHead || !isRaw {
-		rec, err := s.idx.File(ctx, h, scope)
-		if err != nil {
+	if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
+		if _, err := s.idx.File(ctx, h, scope); err != nil {
 			return err
 		}
-		if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
-			w.WriteHeader(http.StatusOK)
-			return nil
-		}
-		b, err := rec.MarshalBinary()
-		if err != nil {
-			return err
-		}
-		return writeBinary(w, b)
+		w.WriteHeader(http.StatusOK)
+		return nil
 	}
-	b, err := raw.FileBytes(ctx, h, scope)
+	b, err := index.RawOf(s.idx).FileBytes(ctx, h, scope)
 	if err != nil {
 		return err
 	}
