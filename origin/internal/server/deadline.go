@@ -33,10 +33,9 @@ const DefaultDependencyTimeout = 10 * time.Second
 // A call cut off this way fails with index.ErrUnavailable or objstore.ErrUnavailable: 503
 // with Retry-After.
 
-// boundedIndex is Index with every call but RegisterShard bounded by d. It implements the
-// index's optional views too — index.Raw (through index.RawOf: the wrapped index's own, or
-// encoded records and layouts) and index.ShardBodies (through index.ShardBodyOf) — so that
-// the server's type checks see what they would see on the wrapped index.
+// boundedIndex is Index with every call but RegisterShard bounded by d. It implements
+// index.Raw too (through index.RawOf: the wrapped index's own, or encoded records and layouts),
+// so the internal routes ship stored encodings as they would from the wrapped index.
 type boundedIndex struct {
 	Index
 	raw index.Raw
@@ -98,19 +97,10 @@ func (b *boundedIndex) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[has
 	return bound(ctx, b.d, "index", func(ctx context.Context) (map[hash.Hash][]byte, error) { return b.raw.LayoutBytes(ctx, hs) })
 }
 
-func (b *boundedIndex) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
-	full, ok := b.Index.(index.Index)
-	if !ok {
-		return nil, fmt.Errorf("%w: %T keeps no shard bodies", index.ErrInvalid, b.Index)
-	}
-	return bound(ctx, b.d, "index", func(ctx context.Context) ([]byte, error) { return index.ShardBodyOf(ctx, full, h) })
-}
-
 var (
-	_ Index             = (*boundedIndex)(nil)
-	_ index.Raw         = (*boundedIndex)(nil)
-	_ index.ShardBodies = (*boundedIndex)(nil)
-	_ Objects           = (*boundedObjects)(nil)
+	_ Index     = (*boundedIndex)(nil)
+	_ index.Raw = (*boundedIndex)(nil)
+	_ Objects   = (*boundedObjects)(nil)
 )
 
 // boundedObjects is Objects with every call required to make progress within d. The bodies
