@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -250,10 +249,10 @@ func mergeFetches(answers []*recon.Answer) []batchXorb {
 }
 
 // writeBatch writes the batch answer of ids (answers[i] is the plan of ids[i]), signing one
-// URL per fetch entry with sign.
+// URL per fetch entry with sign. The answer is built in one buffer, handed to w whenever it
+// passes batchFlushAt bytes.
 func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign recon.Signer) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	b := make([]byte, 0, 1024)
+	b := make([]byte, 0, batchFlushAt+4<<10)
 	b = append(b, `{"files":{`...)
 	for i, a := range answers {
 		if i > 0 {
@@ -273,8 +272,8 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 			b = strconv.AppendUint(b, uint64(t.RawBytes), 10)
 			b = appendJSONRange(append(b, `,"range":`...), uint64(t.Start), uint64(t.End))
 			b = append(b, '}')
-			if len(b) >= 32<<10 {
-				if _, err := bw.Write(b); err != nil {
+			if len(b) >= batchFlushAt {
+				if _, err := w.Write(b); err != nil {
 					return err
 				}
 				b = b[:0]
@@ -300,8 +299,8 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 			b = appendJSONString(append(b, `,"url":`...), u)
 			b = appendJSONRange(append(b, `,"url_range":`...), r.bytes.Start, r.bytes.End)
 			b = append(b, '}')
-			if len(b) >= 32<<10 {
-				if _, err := bw.Write(b); err != nil {
+			if len(b) >= batchFlushAt {
+				if _, err := w.Write(b); err != nil {
 					return err
 				}
 				b = b[:0]
@@ -310,11 +309,12 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 		b = append(b, ']')
 	}
 	b = append(b, "}}"...)
-	if _, err := bw.Write(b); err != nil {
-		return err
-	}
-	return bw.Flush()
+	_, err := w.Write(b)
+	return err
 }
+
+// batchFlushAt is the buffered size at which writeBatch hands bytes to its writer.
+const batchFlushAt = 64 << 10
 
 // appendJSONRange appends {"start":s,"end":e}.
 func appendJSONRange(b []byte, s, e uint64) []byte {
