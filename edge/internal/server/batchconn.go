@@ -41,7 +41,7 @@ func (l batchListener) Accept() (net.Conn, error) {
 
 // batchConn is a TCP connection under TLS that can gather the TLS records of one answer into
 // writes of up to batchBytes. It passes writes through unless a handler turned batching on
-// (startBatch); the handler turns it off again (endBatch) before it returns, which writes what
+// (beginBatch); the handler turns it off again (batch.end) before it returns, which writes what
 // is gathered. The mutex orders the handler's writes with those TLS itself makes from the
 // connection's reader (alerts, key updates), which all go through the same buffer in order.
 type batchConn struct {
@@ -147,23 +147,18 @@ func batchContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// startBatch turns batching on for r's connection when r is HTTP/1.1 over a batchConn (an
-// HTTP/1.1 handler is the only writer of its connection while it runs; HTTP/2 and HTTP/3
-// write from their own goroutines and are left alone). Call it just before WriteHeader of a
-// successful answer, and the returned function before the handler returns: it flushes w
-// through TLS (which would commit the status if none were written) and ends the batch, and
-// reports the first write error.
-func startBatch(w http.ResponseWriter, r *http.Request) func() error {
-	return beginBatch(w, r).end
-}
-
-// batch is one answer's batching (see startBatch); the zero batch (not batching) is valid.
+// batch is one answer's batching (see beginBatch); the zero batch (not batching) is valid.
 type batch struct {
 	w  http.ResponseWriter
 	bc *batchConn // nil: not batching
 }
 
-// beginBatch is startBatch with access to the batch's copy buffer.
+// beginBatch turns batching on for r's connection when r is HTTP/1.1 over a batchConn (an
+// HTTP/1.1 handler is the only writer of its connection while it runs; HTTP/2 and HTTP/3
+// write from their own goroutines and are left alone). Call it just before WriteHeader of a
+// successful answer, and the batch's end before the handler returns: it flushes w through TLS
+// (which would commit the status if none were written), ends the batch, and reports the first
+// write error.
 func beginBatch(w http.ResponseWriter, r *http.Request) batch {
 	bc, ok := r.Context().Value(batchKey{}).(*batchConn)
 	if !ok || r.ProtoMajor != 1 {

@@ -107,7 +107,7 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 			s.m.parallel.Inc()
 		}
 	}
-	end := startBatch(w, r)
+	b := beginBatch(w, r)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if v2 {
@@ -115,7 +115,7 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	} else {
 		err = enc.WriteV1Terms(w, a, signer, terms)
 	}
-	return errors.Join(err, end())
+	return errors.Join(err, b.end())
 }
 
 // wholeRange reports whether rng (nil: none) asks for every byte of rec: the same answer as
@@ -187,7 +187,7 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 		terms, rest = v.(encodedAnswer).terms, v.(encodedAnswer).rest
 	}
 	prefix := terms.Prefix()
-	end := startBatch(w, r)
+	b := beginBatch(w, r)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(prefix)+len(rest)))
@@ -196,7 +196,7 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 	if err == nil {
 		_, err = w.Write(rest)
 	}
-	return errors.Join(err, end())
+	return errors.Join(err, b.end())
 }
 
 // rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
