@@ -226,14 +226,7 @@ func xorbs(ctx context.Context, c *config) error {
 		}
 		req0, _ = fixture.MetricSum(ctx, admin, c.metrics, reqKey, `xorb`)
 	}
-	profDone := make(chan error, 1)
-	pctx, cancelProf := context.WithCancel(ctx)
-	defer cancelProf()
-	if c.profile != "" && c.metrics != "" {
-		go func() { profDone <- profile(pctx, admin, strings.TrimSuffix(c.metrics, "/metrics"), c.profile) }()
-	} else {
-		profDone <- nil
-	}
+	stopProfile := startProfile(ctx, c, admin)
 
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -260,10 +253,7 @@ func xorbs(ctx context.Context, c *config) error {
 		return err
 	}
 	u := m.stop()
-	cancelProf()
-	if err := <-profDone; err != nil {
-		fmt.Fprintln(os.Stderr, "ingestbench: profile:", err)
-	}
+	stopProfile()
 	mb := float64(raw) / 1e6
 	fmt.Printf("xorbs: n=%d concurrency=%d raw=%.0f MB wire=%.0f MB wall=%v  %.1f MB/s raw (%.1f MB/s wire)  upload %s\n",
 		c.n, c.concurrency, mb, float64(wire)/1e6, u.wall.Round(time.Millisecond), mb/u.wall.Seconds(),
@@ -291,6 +281,24 @@ func xorbs(ctx context.Context, c *config) error {
 		fmt.Println(line)
 	}
 	return nil
+}
+
+// startProfile runs profile in the background when -profile and -metrics are set. The
+// returned stop ends it, waits for it and reports its failure on stderr; a run that fails
+// before calling stop exits with the profile unfinished.
+func startProfile(ctx context.Context, c *config, admin *http.Client) (stop func()) {
+	if c.profile == "" || c.metrics == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- profile(ctx, admin, strings.TrimSuffix(c.metrics, "/metrics"), c.profile) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "ingestbench: profile:", err)
+		}
+	}
 }
 
 // profile saves a CPU profile of the origin from its admin listener until ctx is done (at most
@@ -344,16 +352,7 @@ func shards(ctx context.Context, c *config) error {
 	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) in %v\n", c.pool, c.n, c.files, c.terms,
 		len(bodies[0]), time.Since(t0).Round(time.Millisecond))
 
-	profDone := make(chan error, 1)
-	pctx, cancelProf := context.WithCancel(ctx)
-	defer cancelProf()
-	if c.profile != "" && c.metrics != "" {
-		go func() {
-			profDone <- profile(pctx, &http.Client{}, strings.TrimSuffix(c.metrics, "/metrics"), c.profile)
-		}()
-	} else {
-		profDone <- nil
-	}
+	stopProfile := startProfile(ctx, c, &http.Client{})
 
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -380,10 +379,7 @@ func shards(ctx context.Context, c *config) error {
 		return err
 	}
 	u := m.stop()
-	cancelProf()
-	if err := <-profDone; err != nil {
-		fmt.Fprintln(os.Stderr, "ingestbench: profile:", err)
-	}
+	stopProfile()
 	fmt.Printf("shards: n=%d concurrency=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
 		c.n, c.concurrency, c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
 	if u.serverKnown {
