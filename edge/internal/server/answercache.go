@@ -164,7 +164,7 @@ func (c *answerCache) removeLocked(e *list.Element) {
 	c.used -= ae.cost
 }
 
-// count records a lookup result: part is "answer" (a whole-file answer) or "terms" (the terms
+// countAnswer records a lookup result: part is "answer" (a whole-file answer) or "terms" (the terms
 // of a ranged answer).
 func (m *metrics) countAnswer(part string, hit bool) {
 	result := "miss"

@@ -202,12 +202,12 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 // rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
 // first for a file of at least rangedTermsAt terms; nil for smaller files not cached yet.
 func (s *Server) rangedTerms(ctx context.Context, rec *recon.FileRecord) (*recon.Terms, error) {
-	terms, _ := s.answers.lookup(rec, true, 0)
-	if terms != nil || len(rec.Terms) < rangedTermsAt {
-		if terms != nil {
-			s.m.countAnswer("terms", true)
-		}
+	if terms, _ := s.answers.lookup(rec, true, 0); terms != nil {
+		s.m.countAnswer("terms", true)
 		return terms, nil
+	}
+	if len(rec.Terms) < rangedTermsAt {
+		return nil, nil
 	}
 	s.m.countAnswer("terms", false)
 	a, err := s.plan(ctx, rec, true, nil)
