@@ -64,9 +64,10 @@ type Cache struct {
 	DataDir       string   `json:"data_dir"`       // default DataDir/xorbs
 	DataBytes     int64    `json:"data_bytes"`     // on-disk xorb bytes
 	VisibilityTTL Duration `json:"visibility_ttl"` // how long a (file, scope) check is trusted
-	// PlanBytes bounds the cache of whole-file reconstruction plans; < 0 turns it off.
-	PlanBytes int64 `json:"plan_bytes"`
-	// AnswerBytes bounds the cache of encoded reconstruction answers; < 0 turns it off.
+	// PlanBytes and AnswerBytes size the answer cache, one LRU of per-file whole-file plans
+	// and encoded answers: its budget is their sum. PlanBytes < 0 keeps no plans, AnswerBytes
+	// < 0 no encoded answers; a negative one adds nothing to the sum.
+	PlanBytes   int64 `json:"plan_bytes"`
 	AnswerBytes int64 `json:"answer_bytes"`
 }
 

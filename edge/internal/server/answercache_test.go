@@ -150,18 +150,7 @@ func TestReconRangedTermsOfLargeFile(t *testing.T) {
 func TestAnswerCache(t *testing.T) {
 	recA, _ := worstFile(t, 4, 32, 40)
 	recB, _ := worstFile(t, 4, 32, 48)
-	terms := func(rec *recon.FileRecord) *recon.Terms {
-		a, err := recon.Plan(rec, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tt, err := recon.EncodeTerms(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tt
-	}
-	tA, tB := terms(recA), terms(recB)
+	tA, tB := wholeTerms(t, recA), wholeTerms(t, recB)
 	costA, costB := entryOverhead+tA.Size(), entryOverhead+tB.Size()
 	restA := make([]byte, 100)
 	refetchedA := *recA
@@ -195,7 +184,7 @@ func TestAnswerCache(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newAnswerCache(tc.max, newMetrics(nil))
+			c := newAnswerCache(-1, tc.max, newMetrics(nil))
 			for _, o := range tc.ops {
 				c.putTerms(o.rec, map[*recon.FileRecord]*recon.Terms{recA: tA, recB: tB}[o.rec])
 				if o.rest {
@@ -220,8 +209,9 @@ func TestAnswerCache(t *testing.T) {
 // budget is answered without the cache, correctly.
 func TestReconAnswerCacheSkipsHugeFiles(t *testing.T) {
 	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
-	fx := newReconFixture(t, rec, layouts, Options{AnswerCacheBytes: int64(len(rec.Terms)) * termBytes * 2})
-	fx2 := newReconFixture(t, rec, layouts, Options{AnswerCacheBytes: int64(len(rec.Terms))*termBytes*2 - 1})
+	budget := int64(len(rec.Terms)) * termBytes * 2 // plans off: the whole budget
+	fx := newReconFixture(t, rec, layouts, Options{PlanCacheBytes: -1, AnswerCacheBytes: budget})
+	fx2 := newReconFixture(t, rec, layouts, Options{PlanCacheBytes: -1, AnswerCacheBytes: budget - 1})
 	for _, tc := range []struct {
 		fx     *reconFixture
 		cached bool
@@ -321,4 +311,70 @@ func (b *barrierMeta) File(ctx context.Context, h hash.Hash, scope string) (*rec
 	b.arrive.Done()
 	b.arrive.Wait()
 	return b.Metadata.File(ctx, h, scope)
+}
+
+// TestAnswerCacheOneEntryPerRecord: a record's plan, terms and rests live in one entry under
+// one budget (the sum of both), are evicted and replaced together, and a negative budget keeps
+// nothing of its kind.
+func TestAnswerCacheOneEntryPerRecord(t *testing.T) {
+	recA, _ := worstFile(t, 4, 32, 40)
+	recB, _ := worstFile(t, 4, 32, 48)
+	refetchedA := *recA
+	pA, pB := wholePlan(t, recA), wholePlan(t, recB)
+	tA := wholeTerms(t, recA)
+	rest := make([]byte, 100)
+	fullA := entryOverhead + planCost(pA) + tA.Size() + int64(cap(rest))
+
+	type op struct {
+		rec         *recon.FileRecord
+		terms, rest bool // putPlan, then putTerms when terms, then putRest when rest
+	}
+	tests := []struct {
+		name                string
+		planMax, answerMax  int64
+		ops                 []op
+		lookup              *recon.FileRecord
+		wantPlan, wantTerms bool
+		wantUsed            int64
+	}{
+		{"plan, terms and rest in one entry", fullA - 100, 100, []op{{recA, true, true}}, recA, true, true, fullA},
+		{"budget is the sum", fullA - 101, 100, []op{{recA, true, true}}, recA, true, true, fullA - 100},
+		{"evicted together", fullA, 0, []op{{recA, true, true}, {recB, false, false}}, recA, false, false,
+			entryOverhead + planCost(pB)},
+		{"refetched record replaces both", 1 << 20, 0, []op{{recA, true, true}, {&refetchedA, false, false}}, &refetchedA, true, false,
+			entryOverhead + planCost(pA)},
+		{"plans off", -1, 1 << 20, []op{{recA, true, true}}, recA, false, true, fullA - planCost(pA)},
+		{"answers off", 1 << 20, -1, []op{{recA, true, true}}, recA, true, false, entryOverhead + planCost(pA)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMetrics(nil)
+			c := newAnswerCache(tc.planMax, tc.answerMax, m)
+			for _, o := range tc.ops {
+				p := map[*recon.FileRecord]*recon.Answer{recA: pA, &refetchedA: pA, recB: pB}[o.rec]
+				c.putPlan(o.rec, p)
+				if o.terms {
+					c.putTerms(o.rec, tA)
+				}
+				if o.rest {
+					c.putRest(o.rec, true, 1, rest)
+				}
+			}
+			_, gotPlan := c.plan(tc.lookup)
+			terms, _ := c.lookup(tc.lookup, true, 1)
+			if gotPlan != tc.wantPlan || (terms != nil) != tc.wantTerms {
+				t.Fatalf("plan %v terms %v, want %v %v", gotPlan, terms != nil, tc.wantPlan, tc.wantTerms)
+			}
+			if c.used != tc.wantUsed || c.used > c.max {
+				t.Fatalf("used %d, want %d (budget %d)", c.used, tc.wantUsed, c.max)
+			}
+			var g dto.Metric
+			if err := m.answerBytes.Write(&g); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := int64(g.GetGauge().GetValue()), c.used-c.planBytes; got != want || c.planBytes < 0 {
+				t.Fatalf("answer bytes gauge %d, want %d (plans %d)", got, want, c.planBytes)
+			}
+		})
+	}
 }

@@ -40,7 +40,7 @@ func (s *Server) file(ctx context.Context, r *http.Request) (*recon.FileRecord, 
 		return nil, err
 	}
 	if h.IsZero() {
-		return s.empty, nil // one record, so that the plan and answer caches keep its answer
+		return s.empty, nil // one record, so that the answer cache keeps its answer
 	}
 	return s.o.Meta.File(ctx, h, claims(ctx).Scope)
 }
@@ -222,12 +222,12 @@ func (s *Server) rangedTerms(ctx context.Context, rec *recon.FileRecord) (*recon
 }
 
 // plan returns the answer for rng of rec (whole: the whole file, rng is ignored). Whole-file
-// answers come from the plan cache when they can.
+// answers come from the answer cache's plans when they can.
 func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, whole bool, rng *httprange.Range) (*recon.Answer, error) {
 	if !whole {
 		return recon.Plan(rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
 	}
-	if a, ok := s.plans.get(rec); ok {
+	if a, ok := s.answers.plan(rec); ok {
 		s.m.planCache.WithLabelValues("hit").Inc()
 		return a, nil
 	}
@@ -236,7 +236,7 @@ func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, whole bool, rn
 		return nil, err
 	}
 	s.m.planCache.WithLabelValues("miss").Inc()
-	s.plans.put(rec, a)
+	s.answers.putPlan(rec, a)
 	return a, nil
 }
 

@@ -191,7 +191,7 @@ func TestReconPlanCache(t *testing.T) {
 	}
 	for _, parallelAt := range []int{1 << 30, 2} {
 		t.Run(fmt.Sprintf("parallelAt=%d", parallelAt), func(t *testing.T) {
-			// The answer cache off: whole-file answers would not consult the plan cache.
+			// Encoded answers off: whole-file answers would not consult the plans.
 			fx := newReconFixture(t, rec, layouts, Options{ParallelAt: parallelAt, AnswerCacheBytes: -1})
 			for _, st := range steps {
 				code, body := fx.get(t, st.hdr)
@@ -211,18 +211,31 @@ func TestReconPlanCache(t *testing.T) {
 	}
 }
 
+// wholePlan is rec's whole-file plan.
+func wholePlan(tb testing.TB, rec *recon.FileRecord) *recon.Answer {
+	tb.Helper()
+	a, err := recon.Plan(rec, nil, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// wholeTerms is the encoding of rec's whole-file terms.
+func wholeTerms(tb testing.TB, rec *recon.FileRecord) *recon.Terms {
+	tb.Helper()
+	t, err := recon.EncodeTerms(wholePlan(tb, rec))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
 func TestPlanCache(t *testing.T) {
 	recA, _ := worstFile(t, 4, 32, 40)
 	recB, _ := worstFile(t, 4, 32, 48)
-	plan := func(rec *recon.FileRecord) *recon.Answer {
-		a, err := recon.Plan(rec, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	a, b := plan(recA), plan(recB)
-	costA, costB := planCost(a), planCost(b)
+	a, b := wholePlan(t, recA), wholePlan(t, recB)
+	costA, costB := entryOverhead+planCost(a), entryOverhead+planCost(b)
 	refetchedA := *recA // same file, another record (the metadata cache refetched it)
 
 	tests := []struct {
@@ -244,11 +257,11 @@ func TestPlanCache(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newPlanCache(tc.max)
+			c := newAnswerCache(tc.max, -1, newMetrics(nil))
 			for _, r := range tc.put {
-				c.put(r, map[*recon.FileRecord]*recon.Answer{recA: a, recB: b}[r])
+				c.putPlan(r, map[*recon.FileRecord]*recon.Answer{recA: a, recB: b}[r])
 			}
-			got, ok := c.get(tc.lookup)
+			got, ok := c.plan(tc.lookup)
 			if ok != (tc.want != nil) || got != tc.want {
 				t.Fatalf("get: %p %v, want %p", got, ok, tc.want)
 			}

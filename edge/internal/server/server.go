@@ -79,11 +79,11 @@ type Options struct {
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
 	// signature again (never past its expiry); 0 means auth.DefaultCacheTTL, negative disables.
 	TokenCacheTTL time.Duration
-	// PlanCacheBytes bounds the cache of whole-file plans; 0 means DefaultPlanCacheBytes,
-	// negative disables it.
-	PlanCacheBytes int64
-	// AnswerCacheBytes bounds the cache of encoded answers (answercache.go); 0 means
-	// DefaultAnswerCacheBytes, negative disables it.
+	// PlanCacheBytes and AnswerCacheBytes size the answer cache (answercache.go), which keeps
+	// whole-file plans and encoded answers per file in one LRU: its budget is their sum. 0
+	// means DefaultPlanCacheBytes and DefaultAnswerCacheBytes; a negative one keeps no plans
+	// (PlanCacheBytes) or no encoded answers (AnswerCacheBytes) and adds nothing to the sum.
+	PlanCacheBytes   int64
 	AnswerCacheBytes int64
 	// URLExpiryRound is what the expiry of every signed transfer URL is rounded up to, so that
 	// a whole-file answer is the same for every request in one such interval and is served
@@ -113,11 +113,11 @@ type Server struct {
 	// bufs holds *[copyBufLen]byte for copying bodies to ResponseWriters that cannot read
 	// from a file themselves (HTTP/2, HTTP/3): no per-request buffer.
 	bufs sync.Pool
-	// plans caches whole-file answers; maxWriters caps the goroutines of one answer.
-	plans      *planCache
-	encodes    singleflight.Group // collapses concurrent encodings of one whole-file answer
+	// answers caches whole-file plans and encoded answers; maxWriters caps the goroutines of
+	// one answer.
 	answers    *answerCache
-	empty      *recon.FileRecord // the empty file's record (never modified)
+	encodes    singleflight.Group // collapses concurrent encodings of one whole-file answer
+	empty      *recon.FileRecord  // the empty file's record (never modified)
 	maxWriters int
 	tokens     *auth.CachingVerifier
 }
@@ -150,8 +150,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
 	s.bufs.New = func() any { return new([copyBufLen]byte) }
-	s.plans = newPlanCache(o.PlanCacheBytes)
-	s.answers = newAnswerCache(o.AnswerCacheBytes, s.m)
+	s.answers = newAnswerCache(o.PlanCacheBytes, o.AnswerCacheBytes, s.m)
 	s.empty = &recon.FileRecord{}
 	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
