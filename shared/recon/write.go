@@ -68,7 +68,8 @@ type job struct {
 	// middle, when not nil, is the encoding of emitted terms [1, Len()-1), taken from Terms.
 	middle []byte
 	// prefixes holds, per element of a.Xorbs, the start of a term with that xorb:
-	// {"hash":"<64 hex digits>","unpacked_length": (termPrefixLen bytes; hex at hexAt).
+	// {"hash":"<64 hex digits>","unpacked_length": (termPrefixLen bytes; hex at hexAt). It is
+	// nil for AppendTerms, which formats each term's prefix in place.
 	prefixes []byte
 }
 
@@ -93,11 +94,16 @@ func newJob(a *Answer, s Signer, v2 bool, maxRanges int) *job {
 	}
 	j.prefixes = make([]byte, 0, termPrefixLen*len(a.Xorbs))
 	for i := range a.Xorbs {
-		j.prefixes = append(j.prefixes, termPrefixHead...)
-		j.prefixes = a.Xorbs[i].Hash.AppendString(j.prefixes)
-		j.prefixes = append(j.prefixes, termPrefixTail...)
+		j.prefixes = appendTermPrefix(j.prefixes, a.Xorbs[i].Hash)
 	}
 	return j
+}
+
+// appendTermPrefix appends the start of a term with xorb h, up to its unpacked length.
+func appendTermPrefix(b []byte, h hash.Hash) []byte {
+	b = append(b, termPrefixHead...)
+	b = h.AppendString(b)
+	return append(b, termPrefixTail...)
 }
 
 func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
@@ -243,7 +249,20 @@ func (j *job) appendMid(b []byte) []byte {
 	return append(b, `],"fetch_info":{`...)
 }
 
-// appendTerms encodes emitted terms [from, to), each preceded by a comma except term 0.
+// AppendTerms appends emitted terms [from, to) of a (0 <= from <= to <= a.Len()) as the
+// objects of a "terms" array, each preceded by a comma except term 0:
+//
+//	{"hash":H,"unpacked_length":N,"range":{"start":N,"end":N}}
+//
+// These are the bytes WriteV1 and WriteV2 write for the same terms; a caller that writes
+// several answers' terms into one document (the batch answer) brackets them itself.
+func AppendTerms(dst []byte, a *Answer, from, to int) []byte {
+	j := job{a: a} // no prefix table: each term's hash is formatted in place
+	return j.appendTerms(dst, from, to)
+}
+
+// appendTerms encodes emitted terms [from, to), each preceded by a comma except term 0. Term
+// prefixes come from j.prefixes when newJob built them, else are formatted per term.
 func (j *job) appendTerms(b []byte, from, to int) []byte {
 	a := j.a
 	for i := from; i < to; i++ {
@@ -251,7 +270,11 @@ func (j *job) appendTerms(b []byte, from, to int) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, j.prefix(int(a.fetchIndex(i)))...)
+		if j.prefixes != nil {
+			b = append(b, j.prefix(int(a.fetchIndex(i)))...)
+		} else {
+			b = appendTermPrefix(b, t.Xorb)
+		}
 		b = appendUint(b, uint64(t.RawBytes))
 		b = append(b, `,"range":{"start":`...)
 		b = appendUint(b, uint64(t.Start))
@@ -276,7 +299,7 @@ func (j *job) appendXorbs(b []byte, from, to int) []byte {
 		if j.v2 {
 			b = j.appendEntriesV2(b, xf)
 		} else {
-			b = j.appendEntriesV1(b, xf)
+			b = AppendFetchV1(b, j.s, xf.Hash, xf.Chunks, xf.Bytes)
 		}
 		b = append(b, ']')
 	}
@@ -290,7 +313,7 @@ func (j *job) appendEntriesV2(b []byte, xf *XorbFetch) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"url":"`...)
-		b = j.appendURL(b, xf.Hash, xf.Bytes[lo:hi])
+		b = appendURL(b, j.s, xf.Hash, xf.Bytes[lo:hi])
 		b = append(b, `","ranges":[`...)
 		for r := lo; r < hi; r++ {
 			if r > lo {
@@ -311,31 +334,38 @@ func (j *job) appendEntriesV2(b []byte, xf *XorbFetch) []byte {
 	return b
 }
 
-func (j *job) appendEntriesV1(b []byte, xf *XorbFetch) []byte {
-	for r := range xf.Chunks {
+// AppendFetchV1 appends the v1 fetch entries of xorb h, one per range, each preceded by a comma
+// except the first: chunks[i] stored at bytes[i] (closed) becomes
+//
+//	{"range":{"start":N,"end":N},"url":U,"url_range":{"start":N,"end":N}}
+//
+// with U the URL s signs for bytes[i] alone. chunks and bytes must have the same length. These
+// are the bytes WriteV1 writes inside a xorb's "fetch_info" array for the same ranges.
+func AppendFetchV1(dst []byte, s Signer, h hash.Hash, chunks []ChunkRange, bytes []ByteRange) []byte {
+	for r := range chunks {
 		if r > 0 {
-			b = append(b, ',')
+			dst = append(dst, ',')
 		}
-		b = append(b, `{"range":{"start":`...)
-		b = appendUint(b, uint64(xf.Chunks[r].Start))
-		b = append(b, `,"end":`...)
-		b = appendUint(b, uint64(xf.Chunks[r].End))
-		b = append(b, `},"url":"`...)
-		b = j.appendURL(b, xf.Hash, xf.Bytes[r:r+1])
-		b = append(b, `","url_range":{"start":`...)
-		b = appendUint(b, xf.Bytes[r].Start)
-		b = append(b, `,"end":`...)
-		b = appendUint(b, xf.Bytes[r].End)
-		b = append(b, "}}"...)
+		dst = append(dst, `{"range":{"start":`...)
+		dst = appendUint(dst, uint64(chunks[r].Start))
+		dst = append(dst, `,"end":`...)
+		dst = appendUint(dst, uint64(chunks[r].End))
+		dst = append(dst, `},"url":"`...)
+		dst = appendURL(dst, s, h, bytes[r:r+1])
+		dst = append(dst, `","url_range":{"start":`...)
+		dst = appendUint(dst, bytes[r].Start)
+		dst = append(dst, `,"end":`...)
+		dst = appendUint(dst, bytes[r].End)
+		dst = append(dst, "}}"...)
 	}
-	return b
+	return dst
 }
 
-// appendURL appends the signer's URL as the inside of a JSON string. URLs normally need no
+// appendURL appends the URL s signs as the inside of a JSON string. URLs normally need no
 // escaping; when one does, the appended bytes are re-encoded.
-func (j *job) appendURL(b []byte, h hash.Hash, ranges []ByteRange) []byte {
+func appendURL(b []byte, s Signer, h hash.Hash, ranges []ByteRange) []byte {
 	n := len(b)
-	b = j.s.AppendURL(b, h, ranges)
+	b = s.AppendURL(b, h, ranges)
 	if needsEscape(b[n:]) {
 		return appendEscaped(b[:n], string(b[n:]))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -361,5 +362,68 @@ func TestWriteReportsWriterError(t *testing.T) {
 				t.Fatalf("workers=%d after=%d: err = %v", k, after, err)
 			}
 		}
+	}
+}
+
+// TestAppendPiecesMatchWriteV1 rebuilds v1 answers from AppendTerms and AppendFetchV1, called
+// in pieces of several sizes, and compares them byte for byte with WriteV1's output.
+func TestAppendPiecesMatchWriteV1(t *testing.T) {
+	rec, a, b := fixture(t)
+	small := (&layoutSet{m: layoutMap(a, b)}).get
+	big, ls := bigRecord(t, 13, 32, 13*5, true, 1)
+	tests := []struct {
+		name   string
+		rec    *FileRecord
+		layout LayoutFunc
+		rng    string
+		signer Signer
+	}{
+		{"whole", rec, small, "", testSigner{}},
+		{"ranged", rec, small, "bytes=290-1200", testSigner{}},
+		{"empty", &FileRecord{}, small, "", testSigner{}},
+		{"escaped_urls", rec, small, "", quoteSigner{}},
+		{"gapped_whole", big, ls.get, "", testSigner{}},
+		{"gapped_ranged", big, ls.get, "bytes=1000-30000", testSigner{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var rng *httprange.Range
+			if tc.rng != "" {
+				rng = mustRange(t, tc.rng)
+			}
+			ans, err := Plan(tc.rec, rng, tc.layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := WriteV1(&want, ans, tc.signer); err != nil {
+				t.Fatal(err)
+			}
+			for _, piece := range []int{1, 2, 7, 1 << 20} {
+				got := fmt.Appendf(nil, `{"offset_into_first_range":%d,"terms":[`, ans.Offset)
+				for k := 0; k < ans.Len(); k += piece {
+					got = AppendTerms(got, ans, k, min(k+piece, ans.Len()))
+				}
+				got = append(got, `],"fetch_info":{`...)
+				for x, xf := range ans.Xorbs {
+					if x > 0 {
+						got = append(got, ',')
+					}
+					got = fmt.Appendf(got, `%q:[`, xf.Hash.String())
+					for k := 0; k < len(xf.Chunks); k += piece {
+						if k > 0 {
+							got = append(got, ',')
+						}
+						hi := min(k+piece, len(xf.Chunks))
+						got = AppendFetchV1(got, tc.signer, xf.Hash, xf.Chunks[k:hi], xf.Bytes[k:hi])
+					}
+					got = append(got, ']')
+				}
+				got = append(got, "}}"...)
+				if !bytes.Equal(got, want.Bytes()) {
+					t.Fatalf("pieces of %d:\n got %s\nwant %s", piece, got, want.Bytes())
+				}
+			}
+		})
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
@@ -249,10 +248,18 @@ func mergeFetches(answers []*recon.Answer) []batchXorb {
 }
 
 // writeBatch writes the batch answer of ids (answers[i] is the plan of ids[i]), signing one
-// URL per fetch entry with sign. The answer is built in one buffer, handed to w whenever it
-// passes batchFlushAt bytes.
+// URL per fetch entry with sign. Terms and fetch entries are encoded by recon exactly as in the
+// single-file v1 answer. The answer is built in one buffer, handed to w whenever it passes
+// batchFlushAt bytes.
 func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign recon.Signer) error {
 	b := make([]byte, 0, batchFlushAt+4<<10)
+	var err error
+	flush := func() {
+		if err == nil && len(b) >= batchFlushAt {
+			_, err = w.Write(b)
+			b = b[:0]
+		}
+	}
 	b = append(b, `{"files":{`...)
 	for i, a := range answers {
 		if i > 0 {
@@ -261,28 +268,15 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 		b = append(b, '"')
 		b = ids[i].AppendString(b)
 		b = append(b, `":[`...)
-		for k := range a.Len() {
-			t := a.Term(k)
-			if k > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"hash":"`...)
-			b = t.Xorb.AppendString(b)
-			b = append(b, `","unpacked_length":`...)
-			b = strconv.AppendUint(b, uint64(t.RawBytes), 10)
-			b = appendJSONRange(append(b, `,"range":`...), uint64(t.Start), uint64(t.End))
-			b = append(b, '}')
-			if len(b) >= batchFlushAt {
-				if _, err := w.Write(b); err != nil {
-					return err
-				}
-				b = b[:0]
-			}
+		for k := 0; k < a.Len() && err == nil; k += batchTermPiece {
+			b = recon.AppendTerms(b, a, k, min(k+batchTermPiece, a.Len()))
+			flush()
 		}
 		b = append(b, ']')
 	}
 	b = append(b, `},"fetch_info":{`...)
-	var u []byte
+	var chunks []recon.ChunkRange // x's ranges split for recon.AppendFetchV1
+	var stored []recon.ByteRange
 	for i, x := range mergeFetches(answers) {
 		if i > 0 {
 			b = append(b, ',')
@@ -290,54 +284,33 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 		b = append(b, '"')
 		b = x.hash.AppendString(b)
 		b = append(b, `":[`...)
-		for k, r := range x.ranges {
+		chunks, stored = chunks[:0], stored[:0]
+		for _, r := range x.ranges {
+			chunks, stored = append(chunks, r.chunks), append(stored, r.bytes)
+		}
+		for k := 0; k < len(chunks) && err == nil; k += batchFetchPiece {
+			hi := min(k+batchFetchPiece, len(chunks))
 			if k > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONRange(append(b, `{"range":`...), uint64(r.chunks.Start), uint64(r.chunks.End))
-			u = sign.AppendURL(u[:0], x.hash, []recon.ByteRange{r.bytes})
-			b = appendJSONString(append(b, `,"url":`...), u)
-			b = appendJSONRange(append(b, `,"url_range":`...), r.bytes.Start, r.bytes.End)
-			b = append(b, '}')
-			if len(b) >= batchFlushAt {
-				if _, err := w.Write(b); err != nil {
-					return err
-				}
-				b = b[:0]
-			}
+			b = recon.AppendFetchV1(b, sign, x.hash, chunks[k:hi], stored[k:hi])
+			flush()
 		}
 		b = append(b, ']')
 	}
+	if err != nil {
+		return err
+	}
 	b = append(b, "}}"...)
-	_, err := w.Write(b)
+	_, err = w.Write(b)
 	return err
 }
 
-// batchFlushAt is the buffered size at which writeBatch hands bytes to its writer.
-const batchFlushAt = 64 << 10
-
-// appendJSONRange appends {"start":s,"end":e}.
-func appendJSONRange(b []byte, s, e uint64) []byte {
-	b = strconv.AppendUint(append(b, `{"start":`...), s, 10)
-	b = strconv.AppendUint(append(b, `,"end":`...), e, 10)
-	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string. Signed URLs are plain ASCII and are copied as
-// they are; anything else goes through encoding/json.
-func appendJSONString(b, s []byte) []byte {
-	plain := true
-	for _, c := range s {
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	q, _ := json.Marshal(string(s)) // a string always marshals
-	return append(b, q...)
-}
+const (
+	// batchFlushAt is the buffered size at which writeBatch hands bytes to its writer.
+	batchFlushAt = 64 << 10
+	// batchTermPiece and batchFetchPiece are the terms (~100 bytes each) and fetch entries
+	// (~350 bytes each) encoded between flushes, so the buffer stays near batchFlushAt.
+	batchTermPiece  = 256
+	batchFetchPiece = 64
+)
