@@ -228,28 +228,11 @@ func xorbs(ctx context.Context, c *config) error {
 	}
 	stopProfile := startProfile(ctx, c, admin)
 
-	var mu sync.Mutex
-	var lat []time.Duration
 	m := startMeter(c.serverPID, c.dbComm)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.concurrency)
-	for i := range ups {
-		g.Go(func() error {
-			t := time.Now()
-			ins, err := cl.PutXorb(gctx, ups[i].h, ups[i].first, ups[i].rest)
-			if err != nil {
-				return fmt.Errorf("xorb %d: %w", i, err)
-			}
-			if !ins {
-				return fmt.Errorf("xorb %d: the origin had it already; use a new -seed", i)
-			}
-			mu.Lock()
-			lat = append(lat, time.Since(t))
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	lat, err := timedUploads(ctx, len(ups), c.concurrency, "xorb", func(ctx context.Context, i int) (bool, error) {
+		return cl.PutXorb(ctx, ups[i].h, ups[i].first, ups[i].rest)
+	})
+	if err != nil {
 		return err
 	}
 	u := m.stop()
@@ -354,28 +337,11 @@ func shards(ctx context.Context, c *config) error {
 
 	stopProfile := startProfile(ctx, c, &http.Client{})
 
-	var mu sync.Mutex
-	var lat []time.Duration
 	m := startMeter(c.serverPID, c.dbComm)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.concurrency)
-	for i := range bodies {
-		g.Go(func() error {
-			t := time.Now()
-			ins, err := cl.PutShard(gctx, bodies[i])
-			if err != nil {
-				return fmt.Errorf("shard %d: %w", i, err)
-			}
-			if !ins {
-				return fmt.Errorf("shard %d: the origin had it already; use a new -seed", i)
-			}
-			mu.Lock()
-			lat = append(lat, time.Since(t))
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	lat, err := timedUploads(ctx, len(bodies), c.concurrency, "shard", func(ctx context.Context, i int) (bool, error) {
+		return cl.PutShard(ctx, bodies[i])
+	})
+	if err != nil {
 		return err
 	}
 	u := m.stop()
@@ -400,4 +366,31 @@ func quantiles(lat []time.Duration) string {
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(100 * time.Microsecond)
 	}
 	return fmt.Sprintf("p50=%v p99=%v max=%v", q(0.5), q(0.99), lat[len(lat)-1].Round(100*time.Microsecond))
+}
+
+// timedUploads runs put(0..n-1) with at most concurrency at once and returns each call's
+// latency. Every upload must be new to the origin: one it already had means the run would
+// not measure a real ingest, so it fails the run (use a new -seed).
+func timedUploads(ctx context.Context, n, concurrency int, kind string, put func(context.Context, int) (bool, error)) ([]time.Duration, error) {
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(concurrency)
+	for i := range n {
+		g.Go(func() error {
+			t := time.Now()
+			ins, err := put(gctx, i)
+			if err != nil {
+				return fmt.Errorf("%s %d: %w", kind, i, err)
+			}
+			if !ins {
+				return fmt.Errorf("%s %d: the origin had it already; use a new -seed", kind, i)
+			}
+			mu.Lock()
+			lat = append(lat, time.Since(t))
+			mu.Unlock()
+			return nil
+		})
+	}
+	return lat, g.Wait()
 }
