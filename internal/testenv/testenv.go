@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Environment variables exported by the test scripts.
@@ -66,4 +67,9 @@ func GoTool() string {
 		return filepath.Join(root, "bin", "go")
 	}
 	return "go"
+}
+
+// ReportCPU adds a cpu-ms/op metric to b for a loop that started when CPUTime returned start.
+func ReportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(CPUTime()-start)/float64(time.Millisecond)/float64(max(b.N, 1)), "cpu-ms/op")
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 )
@@ -61,7 +61,7 @@ func BenchmarkPlanWriteV2(b *testing.B) {
 				var written int64
 				i := 0
 				b.ReportAllocs()
-				start := cpuTime()
+				start := testenv.CPUTime()
 				for b.Loop() {
 					var rng *httprange.Range
 					if mode.ranged {
@@ -78,7 +78,7 @@ func BenchmarkPlanWriteV2(b *testing.B) {
 					}
 					written += cw.n
 				}
-				reportCPU(b, start)
+				testenv.ReportCPU(b, start)
 				b.SetBytes(written / int64(max(b.N, 1)))
 			})
 		}
@@ -90,13 +90,13 @@ func BenchmarkPlan(b *testing.B) {
 	rec, ls := bigAnswer(b, benchXorbs, benchChunks, benchTerms, true)
 	b.SetBytes(int64(rec.Size))
 	b.ReportAllocs()
-	start := cpuTime()
+	start := testenv.CPUTime()
 	for b.Loop() {
 		if _, err := Plan(rec, nil, ls.get); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, start)
+	testenv.ReportCPU(b, start)
 }
 
 // BenchmarkPlanRange plans the 64 random ranges of PlanWriteV2/gapped/range without writing:
@@ -107,14 +107,14 @@ func BenchmarkPlanRange(b *testing.B) {
 	b.SetBytes(int64(rec.Size))
 	b.ReportAllocs()
 	i := 0
-	start := cpuTime()
+	start := testenv.CPUTime()
 	for b.Loop() {
 		if _, err := Plan(rec, &ranges[i%len(ranges)], ls.get); err != nil {
 			b.Fatal(err)
 		}
 		i++
 	}
-	reportCPU(b, start)
+	testenv.ReportCPU(b, start)
 }
 
 func BenchmarkWriteV2(b *testing.B) {
@@ -130,13 +130,13 @@ func BenchmarkWriteV2(b *testing.B) {
 	}
 	b.SetBytes(cw.n)
 	b.ReportAllocs()
-	start := cpuTime()
+	start := testenv.CPUTime()
 	for b.Loop() {
 		if err := WriteV2(io.Discard, a, s); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, start)
+	testenv.ReportCPU(b, start)
 }
 
 func BenchmarkUnmarshalFileRecord(b *testing.B) {
@@ -147,28 +147,13 @@ func BenchmarkUnmarshalFileRecord(b *testing.B) {
 	}
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
-	start := cpuTime()
+	start := testenv.CPUTime()
 	for b.Loop() {
 		if _, err := UnmarshalFileRecord(data); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, start)
-}
-
-// cpuTime is the CPU time used by the process so far (all threads). The machine these benchmarks
-// run on is shared, so wall-clock ns/op includes waiting for a core; cpu-ms/op does not.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU adds the cpu-ms/op metric for a loop that started at start.
-func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(max(b.N, 1)), "cpu-ms/op")
+	testenv.ReportCPU(b, start)
 }
 
 type countWriter struct{ n int64 }

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -311,7 +312,7 @@ func BenchmarkReconWorst(b *testing.B) {
 			}
 			b.ReportAllocs()
 			i := 0
-			start := cpuTime()
+			start := testenv.CPUTime()
 			for b.Loop() {
 				req := httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil)
 				if bc.ranged {
@@ -324,7 +325,7 @@ func BenchmarkReconWorst(b *testing.B) {
 					b.Fatalf("status %d, %d bytes", w.status, w.n)
 				}
 			}
-			reportCPU(b, start)
+			testenv.ReportCPU(b, start)
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -438,11 +439,11 @@ func BenchmarkTransferWarm(b *testing.B) {
 			serveDiscard(b, h, req, int64(r.Len()))
 			b.SetBytes(int64(r.Len()))
 			b.ReportAllocs()
-			start := cpuTime()
+			start := testenv.CPUTime()
 			for b.Loop() {
 				serveDiscard(b, h, req, int64(r.Len()))
 			}
-			reportCPU(b, start)
+			testenv.ReportCPU(b, start)
 		})
 	}
 }

@@ -3,10 +3,10 @@ package server
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -59,12 +59,12 @@ func benchIngest(b *testing.B, be backend) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		body, h := build(i)
-		c0 := cpuTime()
+		c0 := testenv.CPUTime()
 		b.StartTimer()
 		resp := e.do("POST", "/v1/xorbs/default/"+h.String(), w, body)
 		read(e.t, resp)
 		b.StopTimer()
-		cpu += cpuTime() - c0
+		cpu += testenv.CPUTime() - c0
 		if resp.StatusCode != 200 {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
@@ -74,23 +74,14 @@ func benchIngest(b *testing.B, be backend) {
 	b.ReportMetric(float64(b.N*chunks*chunkSize)/1e6/cpu.Seconds(), "MB/cpu-s")
 	// Validation alone, on this goroutine, measured in CPU time the same way.
 	body, _ := build(b.N)
-	c0 := cpuTime()
+	c0 := testenv.CPUTime()
 	const reps = 3
 	for range reps {
 		if _, _, err := xorb.Validate(body, xorb.ValidateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	valCPU := (cpuTime() - c0) / reps
+	valCPU := (testenv.CPUTime() - c0) / reps
 	ingestCPU := cpu / time.Duration(b.N)
 	b.ReportMetric(100*valCPU.Seconds()/ingestCPU.Seconds(), "%validation")
-}
-
-// cpuTime is the user+system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -129,8 +130,8 @@ func BenchmarkVerifyRange(b *testing.B) {
 // function that reports it per iteration in the given unit. On a shared machine wall-clock ns/op
 // depends on the neighbours' load; CPU time per op is the "per core" cost.
 func startCPU(b *testing.B, unit time.Duration, name string) func() {
-	t0 := processCPU(b)
+	t0 := testenv.CPUTime()
 	return func() {
-		b.ReportMetric(float64(processCPU(b)-t0)/float64(unit)/float64(b.N), name)
+		b.ReportMetric(float64(testenv.CPUTime()-t0)/float64(unit)/float64(b.N), name)
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -39,7 +39,7 @@ func BenchRegister(b *testing.B, ix index.Index, workers int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), testenv.CPUTime()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -59,7 +59,7 @@ func BenchRegister(b *testing.B, ix index.Index, workers int) {
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu := time.Since(start), testenv.CPUTime()-cpu0
 	b.StopTimer()
 	close(errs)
 	if err := <-errs; err != nil {
@@ -145,7 +145,7 @@ func BenchLayouts(b *testing.B, ix index.Index, n int) {
 func timed(b *testing.B, fn func() error) {
 	lat := make([]time.Duration, b.N)
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testenv.CPUTime()
 	for i := range b.N {
 		t0 := time.Now()
 		if err := fn(); err != nil {
@@ -153,21 +153,10 @@ func timed(b *testing.B, fn func() error) {
 		}
 		lat[i] = time.Since(t0)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := testenv.CPUTime() - cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	reportPercentiles(b, lat)
-}
-
-// cpuTime is the CPU time (user + system, all threads) this process has used so far: on a
-// shared, loaded machine a steadier cost measure than wall time. It counts this process only (for
-// Postgres, the server's CPU is not included).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {
