@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -191,6 +192,7 @@ func latency(ctx context.Context, c *config) error {
 			if kind == "ranged" {
 				n = c.ranged
 			}
+			settle()
 			var lat []time.Duration
 			var bytesOut int64
 			cpu := c.cpuMeter()
@@ -238,6 +240,7 @@ func throughput(ctx context.Context, c *config) error {
 			return err
 		}
 	}
+	settle()
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -336,6 +339,14 @@ func quantiles(lat []time.Duration) string {
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(10 * time.Microsecond)
 	}
 	return fmt.Sprintf("p50=%v p90=%v p99=%v max=%v", q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(10*time.Microsecond))
+}
+
+// settle collects the garbage of the setup (the fixture's xorbs, the decoded check answer: a few
+// hundred MB) before a timed loop, so that the client's own garbage collector does not run in the
+// middle of the measured requests and steal the core the requests need.
+func settle() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // get times one request to the last byte of its body.
