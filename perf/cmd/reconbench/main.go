@@ -3,7 +3,8 @@
 // Latency mode (the default) loads, through the real upload routes, a file of -terms terms over
 // -xorbs xorbs of -chunks chunks for every shape of -shapes (skipped when the server already
 // has the file), then times -full whole-file and -ranged random-range requests one at a time,
-// each to the last byte of the answer, and prints p50/p90/p99/max per shape and kind.
+// each to the last byte of the answer, and prints p50/p90/p99/max per shape and kind, and per
+// shape over both kinds together.
 //
 // Shapes: "worst" puts consecutive terms in different xorbs (term i in xorb i mod X), so no two
 // fetch ranges merge; "merged" puts each xorb's terms next to each other. Chunks are small
@@ -187,6 +188,7 @@ func latency(ctx context.Context, c *config) error {
 			return fmt.Errorf("%s: %w", shape, err)
 		}
 		rng := rand.New(rand.NewPCG(c.seed, 2))
+		var all []time.Duration // both kinds: the set the targets name ("200 full + 200 ranged: p99")
 		for _, kind := range []string{"full", "ranged"} {
 			n := c.full
 			if kind == "ranged" {
@@ -208,8 +210,12 @@ func latency(ctx context.Context, c *config) error {
 				lat = append(lat, d)
 				bytesOut += nb
 			}
+			all = append(all, lat...)
 			fmt.Printf("%s %s %s: n=%d %s avg_answer=%d B%s\n", c.api, shape, kind, n, quantiles(lat),
 				bytesOut/int64(max(n, 1)), cpu(n, 0))
+		}
+		if c.full > 0 && c.ranged > 0 {
+			fmt.Printf("%s %s full+ranged: n=%d %s\n", c.api, shape, len(all), quantiles(all))
 		}
 	}
 	return nil
