@@ -164,7 +164,17 @@ func (s *Server) batchRecon(lim batchLimits) handlerFunc {
 				return err
 			}
 		}
-		answers, err := s.batchPlans(ctx, ids, lim.terms)
+		// Each lookup is bounded by the dependency timeout; so is the whole batch, so that an
+		// index that answers slowly (not stalled) cannot hold a request for up to a thousand
+		// timeouts.
+		plans := func(ctx context.Context) ([]*recon.Answer, error) { return s.batchPlans(ctx, ids, lim.terms) }
+		var answers []*recon.Answer
+		var err error
+		if s.deps > 0 {
+			answers, err = bound(ctx, s.deps, fmt.Sprintf("the index (a batch of %d files)", len(ids)), plans)
+		} else {
+			answers, err = plans(ctx)
+		}
 		if err != nil {
 			return err
 		}

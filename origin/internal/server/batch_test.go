@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,8 +13,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -388,4 +392,60 @@ func FuzzBatchRequest(f *testing.F) {
 		ids, err = parseBatchBody(body, maxFiles)
 		check("body", ids, err)
 	})
+}
+
+// slowFiles is an index whose file lookups each take delay: slow, but each well within the
+// dependency timeout.
+type slowFiles struct {
+	index.Index
+	delay time.Duration
+}
+
+func (s slowFiles) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Index.File(ctx, h, scope)
+}
+
+// TestBatchReconstructionBounded: every lookup of a batch answers within the dependency timeout,
+// but together they take several times it; the request must still end with 503 + Retry-After
+// within about one timeout, and a batch that fits answers 200.
+func TestBatchReconstructionBounded(t *testing.T) {
+	const (
+		timeout = 400 * time.Millisecond
+		delay   = 60 * time.Millisecond // 20 lookups: 1.2 s, three timeouts
+	)
+	idx, objs := sqliteLocal().open(t)
+	e := newEnvOptions(t, slowFiles{Index: idx, delay: delay}, objs, func(o *Options) { o.DependencyTimeout = timeout })
+	const scope = "models/acme/slow"
+	ids := make([]hash.Hash, 20)
+	for i := range ids {
+		f := makeFixture(t, uint64(200+i), 1, 2, 300)
+		e.upload(f, scope)
+		ids[i] = f.file
+	}
+	tok := e.token(scope, auth.Read)
+
+	resp := e.do("GET", batchQuery(ids[:2]...), tok, nil) // 120 ms: fits
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("batch of 2: %d %s, want 200", resp.StatusCode, body)
+	}
+
+	start := time.Now()
+	resp = e.do("POST", "/v1/reconstructions", tok, batchBody(ids...))
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("batch of 20 slow lookups: %d (Retry-After %q) %.200s, want 503 with Retry-After",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if took >= 20*delay {
+		t.Fatalf("batch of 20 slow lookups answered after %v: not bounded by the %v timeout", took, timeout)
+	}
 }

@@ -95,6 +95,7 @@ type Server struct {
 	permits  *permits            // extra goroutines for writing big reconstruction answers
 	m        *metrics
 	mux      *http.ServeMux
+	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
@@ -144,6 +145,7 @@ func New(o Options) (*Server, error) {
 		ingestMu: semaphore.NewWeighted(o.Config.Limits.IngestMemory),
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
+		deps:     o.DependencyTimeout,
 		draining: make(chan struct{}),
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
