@@ -300,6 +300,53 @@ func TestReconAnswerEncodedOnce(t *testing.T) {
 	}
 }
 
+// TestReconTermsEncodedOnce: concurrent requests that all miss a large file's cached terms —
+// ranged ones with different ranges, and a whole-file one — encode the terms once, and every
+// answer is the same as a fresh encoding of its range.
+func TestReconTermsEncodedOnce(t *testing.T) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
+	const clients = 12
+	fx := newReconFixture(t, rec, layouts, Options{Permits: clients})
+	barrier := &barrierMeta{Metadata: fx.meta}
+	fx.srv.o.Meta = barrier // every client looks the file up before any of them goes on
+	var m dto.Metric
+	if err := fx.srv.m.termsEncodes.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	before := m.GetCounter().GetValue()
+	ranges := make([]*httprange.Range, clients) // nil: the whole file
+	for i := 1; i < clients; i++ {
+		start := uint64(i) * rec.Size / (2 * clients)
+		ranges[i] = &httprange.Range{Kind: httprange.Closed, Start: start, End: start + rec.Size/3}
+	}
+	barrier.arrive.Add(clients)
+	var wg sync.WaitGroup
+	codes := make([]int, clients)
+	bodies := make([][]byte, clients)
+	for i := range clients {
+		wg.Go(func() {
+			hdr := ""
+			if r := ranges[i]; r != nil {
+				hdr = fmt.Sprintf("bytes=%d-%d", r.Start, r.End)
+			}
+			w := fx.do(t, "v2", hdr)
+			codes[i], bodies[i] = w.Code, w.Body.Bytes()
+		})
+	}
+	wg.Wait()
+	for i := range clients {
+		if codes[i] != 200 || !bytes.Equal(bodies[i], fx.want(t, ranges[i])) {
+			t.Fatalf("client %d (range %v): status %d, answer differs from a fresh encoding", i, ranges[i], codes[i])
+		}
+	}
+	if err := fx.srv.m.termsEncodes.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue() - before; got != 1 {
+		t.Fatalf("%d concurrent misses encoded the file's terms %v times, want once", clients, got)
+	}
+}
+
 // barrierMeta holds every File call until arrive reaches zero, so that the callers go on
 // together.
 type barrierMeta struct {

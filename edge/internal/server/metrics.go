@@ -14,6 +14,7 @@ type metrics struct {
 	answerCache    *prometheus.CounterVec
 	answerBytes    prometheus.Gauge
 	answerEncodes  prometheus.Counter
+	termsEncodes   prometheus.Counter
 	transferBytes  prometheus.Counter
 	verifyFailures prometheus.Counter
 }
@@ -44,6 +45,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bytes held by the answer cache for encoded terms and signed whole-file answers (its plans excluded)."}),
 		answerEncodes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_recon_answer_encodes_total",
 			Help: "Whole-file answers encoded for the answer cache (concurrent misses of one answer encode it once)."}),
+		termsEncodes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_recon_terms_encodes_total",
+			Help: "Files whose whole-file terms were encoded for the answer cache (concurrent misses of one file's terms encode them once)."}),
 		transferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_served_bytes_total",
 			Help: "Xorb bytes served on the transfer route."}),
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
@@ -52,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.fallbacks.WithLabelValues("no_permit")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon, m.planCache,
-			m.answerCache, m.answerBytes, m.answerEncodes, m.transferBytes, m.verifyFailures)
+			m.answerCache, m.answerBytes, m.answerEncodes, m.termsEncodes, m.transferBytes, m.verifyFailures)
 	}
 	return m
 }

@@ -91,7 +91,7 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	}
 	var terms *recon.Terms
 	if !whole && cacheable {
-		if terms, err = s.rangedTerms(ctx, rec); err != nil {
+		if terms, err = s.rangedTerms(rec); err != nil {
 			return err
 		}
 	}
@@ -147,11 +147,9 @@ func (s *Server) encodeWhole(rec *recon.FileRecord, terms *recon.Terms, v2 bool,
 		return encodedAnswer{}, err
 	}
 	if terms == nil {
-		t, err := recon.EncodeTerms(a)
-		if err != nil {
+		if terms, err = s.encodeTerms(rec); err != nil {
 			return encodedAnswer{}, err
 		}
-		terms = s.answers.putTerms(rec, t)
 	}
 	hint := make([]byte, 0, 64+200*a.NumRanges())
 	var rest []byte
@@ -201,7 +199,7 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 
 // rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
 // first for a file of at least rangedTermsAt terms; nil for smaller files not cached yet.
-func (s *Server) rangedTerms(ctx context.Context, rec *recon.FileRecord) (*recon.Terms, error) {
+func (s *Server) rangedTerms(rec *recon.FileRecord) (*recon.Terms, error) {
 	if terms, _ := s.answers.lookup(rec, true, 0); terms != nil {
 		s.m.countAnswer("terms", true)
 		return terms, nil
@@ -210,15 +208,33 @@ func (s *Server) rangedTerms(ctx context.Context, rec *recon.FileRecord) (*recon
 		return nil, nil
 	}
 	s.m.countAnswer("terms", false)
-	a, err := s.plan(ctx, rec, true, nil)
+	return s.encodeTerms(rec)
+}
+
+// encodeTerms encodes rec's whole-file terms and caches them. Concurrent calls for one record
+// (ranged or whole-file misses of a file just looked up) encode once; the others wait for that
+// encoding. A whole-file plan reads no layouts, so it needs no request context: one caller
+// leaving does not fail the others.
+func (s *Server) encodeTerms(rec *recon.FileRecord) (*recon.Terms, error) {
+	v, err, _ := s.encodes.Do(fmt.Sprintf("%p/terms", rec), func() (any, error) {
+		if t, _ := s.answers.lookup(rec, true, 0); t != nil {
+			return t, nil
+		}
+		s.m.termsEncodes.Inc()
+		a, err := s.plan(context.Background(), rec, true, nil)
+		if err != nil {
+			return nil, err
+		}
+		t, err := recon.EncodeTerms(a)
+		if err != nil {
+			return nil, err
+		}
+		return s.answers.putTerms(rec, t), nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	t, err := recon.EncodeTerms(a)
-	if err != nil {
-		return nil, err
-	}
-	return s.answers.putTerms(rec, t), nil
+	return v.(*recon.Terms), nil
 }
 
 // plan returns the answer for rng of rec (whole: the whole file, rng is ignored). Whole-file
