@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 )
 
@@ -104,8 +105,8 @@ func Default() Config {
 			MetaEntries:   100_000,
 			DataBytes:     64 << 30,
 			VisibilityTTL: Duration(30 * time.Second),
-			PlanBytes:     64 << 20,
-			AnswerBytes:   192 << 20,
+			PlanBytes:     server.DefaultPlanCacheBytes,
+			AnswerBytes:   server.DefaultAnswerCacheBytes,
 		},
 		Auth: Auth{
 			TransferURLTTL: Duration(time.Hour),
