@@ -106,6 +106,12 @@ type Limits struct {
 	EventsWait      Duration `json:"events_wait"`       // long-poll limit of /internal/v1/events
 	// DependencyTimeout bounds every index call and every object-store step (503 beyond it).
 	DependencyTimeout Duration `json:"dependency_timeout"`
+	// Batch reconstructions (GET|POST /v1/reconstructions): at most BatchFiles file ids, at most
+	// BatchTerms terms summed over the distinct files, POST bodies of at most BatchBody bytes;
+	// 413 beyond any of them.
+	BatchFiles int   `json:"batch_files"`
+	BatchTerms int   `json:"batch_terms"`
+	BatchBody  int64 `json:"batch_body"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -133,6 +139,9 @@ func Default() Config {
 			ShutdownGrace:     Duration(30 * time.Second),
 			EventsWait:        Duration(30 * time.Second),
 			DependencyTimeout: Duration(10 * time.Second),
+			BatchFiles:        1000,
+			BatchTerms:        1 << 17,   // ~100 B of JSON and at most one ~350 B fetch entry per term: answers < ~60 MiB
+			BatchBody:         256 << 10, // 1,000 {"prefix":"default","hash":"…"} entries are ~86 KB
 		},
 	}
 }
@@ -305,6 +314,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.ReconParallelAt < 1 {
 		bad("limits.recon_parallel_at must be at least 1")
+	}
+	if c.Limits.BatchFiles < 1 || c.Limits.BatchTerms < 1 {
+		bad("limits.batch_files and limits.batch_terms must be at least 1")
+	}
+	if c.Limits.BatchBody < 1<<10 {
+		bad("limits.batch_body %d is below 1 KiB (ten file ids)", c.Limits.BatchBody)
 	}
 	return errors.Join(errs...)
 }

@@ -28,7 +28,7 @@ func TestFileFlagsEnv(t *testing.T) {
 	file := filepath.Join(dir, "origin.json")
 	doc := `{"data_dir":"/from-file","listen":"127.0.0.1:1","public_url":"https://cas.example/",
 	"index":{"driver":"postgres"},"objects":{"driver":"s3","endpoint":"127.0.0.1:9000","bucket":"b"},
-	"limits":{"shard_heartbeat":"5s","pace_floor":100}}`
+	"limits":{"shard_heartbeat":"5s","pace_floor":100,"batch_files":10}}`
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,8 @@ func TestFileFlagsEnv(t *testing.T) {
 	}
 	if c.DataDir != "/from-file" || c.Listen != "127.0.0.1:2" || c.PublicURL != "https://cas.example" ||
 		c.Index.PostgresDSN != "postgres://x" || c.Objects.SecretKey != "s" || !c.DevNoAuth ||
-		c.Limits.ShardHeartbeat.D() != 5*time.Second || c.Limits.PaceFloor != 100 {
+		c.Limits.ShardHeartbeat.D() != 5*time.Second || c.Limits.PaceFloor != 100 || c.Limits.BatchFiles != 10 ||
+		c.Limits.BatchTerms != Default().Limits.BatchTerms {
 		t.Fatalf("config %+v", c)
 	}
 }
@@ -48,7 +49,7 @@ func TestValidateReportsEverything(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "bad.json")
 	doc := `{"listen":"nope","index":{"driver":"mysql"},"objects":{"driver":"s3"},
-	"limits":{"shard_heartbeat":"-1s","recon_permits":0}}`
+	"limits":{"shard_heartbeat":"-1s","recon_permits":0,"batch_terms":0,"batch_body":10}}`
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestValidateReportsEverything(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	for _, want := range []string{"data_dir", "listen", "index.driver", "objects driver s3 needs objects.endpoint",
-		"XETCDN_S3_ACCESS_KEY", "limits.shard_heartbeat", "recon_permits"} {
+		"XETCDN_S3_ACCESS_KEY", "limits.shard_heartbeat", "recon_permits", "limits.batch_terms", "limits.batch_body"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}

@@ -18,20 +18,6 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Limits of one batch reconstruction. A batch costs one index lookup per file and an answer
-// about the size of its terms, so both are bounded; clients with bigger needs ask per file.
-const (
-	// maxBatchFiles bounds the file ids of one request (duplicates counted): 413 beyond.
-	maxBatchFiles = 1000
-	// maxBatchTerms bounds the terms of the distinct files of one request, summed: 413 beyond.
-	// At ~100 bytes of JSON per term and at most one fetch entry (~350 bytes) per term, an
-	// answer stays below ~60 MiB.
-	maxBatchTerms = 1 << 17
-	// maxBatchBody bounds a POST body: 1,000 entries of {"prefix":"default","hash":"…"} are
-	// ~86 KB; the rest is room for whitespace.
-	maxBatchBody = 256 << 10
-)
-
 // batchLimits are the limits a batch handler enforces (tests use small ones).
 type batchLimits struct {
 	files int   // file ids per request
@@ -39,8 +25,12 @@ type batchLimits struct {
 	body  int64 // bytes of a POST body
 }
 
-func defaultBatchLimits() batchLimits {
-	return batchLimits{files: maxBatchFiles, terms: maxBatchTerms, body: maxBatchBody}
+// batchLimits returns the configured limits (limits.batch_files, batch_terms, batch_body). A batch
+// costs one index lookup per file and an answer about the size of its terms, so both are
+// bounded; clients with bigger needs ask per file.
+func (s *Server) batchLimits() batchLimits {
+	l := s.cfg.Limits
+	return batchLimits{files: l.BatchFiles, terms: l.BatchTerms, body: l.BatchBody}
 }
 
 // batchKey is one element of a POST body: {"prefix":"default","hash":"<64 hex>"}.

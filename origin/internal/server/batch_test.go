@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -242,7 +243,7 @@ func TestBatchReconstructionErrors(t *testing.T) {
 	}
 	unknown := hash.Chunk([]byte("no such file"))
 	a, bb := fa.file.String(), fb.file.String()
-	many := make([]hash.Hash, maxBatchFiles+1)
+	many := make([]hash.Hash, e.cfg.Limits.BatchFiles+1)
 	for i := range many {
 		many[i] = fa.file // repeats count toward the limit
 	}
@@ -280,7 +281,7 @@ func TestBatchReconstructionErrors(t *testing.T) {
 		{"post bad hash", "POST", "/v1/reconstructions", `[{"prefix":"default","hash":"xyz"}]`, tok, 400, "bad_hash"},
 		{"post hash not a string", "POST", "/v1/reconstructions", `[{"prefix":"default","hash":12}]`, tok, 400, "bad_request"},
 		{"post too many", "POST", "/v1/reconstructions", string(batchBody(many...)), tok, 413, "too_large"},
-		{"post body too large", "POST", "/v1/reconstructions", "[" + strings.Repeat(" ", maxBatchBody) + "]", tok, 413, "too_large"},
+		{"post body too large", "POST", "/v1/reconstructions", "[" + strings.Repeat(" ", int(e.cfg.Limits.BatchBody)) + "]", tok, 413, "too_large"},
 		{"post unknown file", "POST", "/v1/reconstructions", string(batchBody(fa.file, unknown)), tok, 404, "not_found"},
 		{"post other scope's file", "POST", "/v1/reconstructions", string(batchBody(fo.file)), tok, 404, "not_found"},
 		{"post no token", "POST", "/v1/reconstructions", string(batchBody(fa.file)), "", 401, "unauthorized"},
@@ -392,6 +393,39 @@ func FuzzBatchRequest(f *testing.F) {
 		ids, err = parseBatchBody(body, maxFiles)
 		check("body", ids, err)
 	})
+}
+
+// TestBatchLimitsFromConfig: limits.batch_files and limits.batch_terms are what the routes
+// enforce.
+func TestBatchLimitsFromConfig(t *testing.T) {
+	e := newEnv(t, sqliteLocal(), func(c *config.Config) { c.Limits.BatchFiles = 2; c.Limits.BatchTerms = 3 })
+	const scope = "models/acme/limits"
+	var ids []hash.Hash
+	for i := range 3 {
+		f := makeFixture(t, uint64(300+i), 1, 2, 300) // one term each
+		e.upload(f, scope)
+		ids = append(ids, f.file)
+	}
+	big := makeFixture(t, 310, 3, 2, 300) // three terms
+	e.upload(big, scope)
+	tok := e.token(scope, auth.Read)
+	for _, c := range []struct {
+		name   string
+		ids    []hash.Hash
+		status int
+	}{
+		{"two files", ids[:2], 200},
+		{"three files", ids, 413},
+		{"three terms", []hash.Hash{big.file}, 200},
+		{"four terms", []hash.Hash{big.file, ids[0]}, 413},
+	} {
+		resp := e.do("GET", batchQuery(c.ids...), tok, nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d %.200s, want %d", c.name, resp.StatusCode, body, c.status)
+		}
+	}
 }
 
 // slowFiles is an index whose file lookups each take delay: slow, but each well within the
