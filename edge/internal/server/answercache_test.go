@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -262,38 +263,18 @@ func TestReconEmptyFile(t *testing.T) {
 // new file, or the first requests of a new URL expiry interval) encode the answer once, and
 // every one of them gets the same bytes as a fresh encoding.
 func TestReconAnswerEncodedOnce(t *testing.T) {
-	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
 	const clients = 16
-	fx := newReconFixture(t, rec, layouts, Options{Permits: clients})
-	barrier := &barrierMeta{Metadata: fx.meta}
-	fx.srv.o.Meta = barrier // every client looks the file up before any of them goes on
-	encodes := func() float64 {
-		var m dto.Metric
-		if err := fx.srv.m.answerEncodes.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	fx, barrier := missTogether(t, clients)
 	for round := range 3 {
 		want := fx.want(t, nil)
-		before := encodes()
-		barrier.arrive.Add(clients)
-		var wg sync.WaitGroup
-		codes := make([]int, clients)
-		bodies := make([][]byte, clients)
-		for i := range clients {
-			wg.Go(func() {
-				w := fx.do(t, "v2", "")
-				codes[i], bodies[i] = w.Code, w.Body.Bytes()
-			})
-		}
-		wg.Wait()
+		before := counterValue(t, fx.srv.m.answerEncodes)
+		codes, bodies := fx.together(t, barrier, make([]string, clients))
 		for i := range clients {
 			if codes[i] != 200 || !bytes.Equal(bodies[i], want) {
 				t.Fatalf("round %d, client %d: status %d, answer differs from a fresh encoding: %t", round, i, codes[i], !bytes.Equal(bodies[i], want))
 			}
 		}
-		if got := encodes() - before; got != 1 {
+		if got := counterValue(t, fx.srv.m.answerEncodes) - before; got != 1 {
 			t.Fatalf("round %d: %d concurrent misses encoded the answer %v times, want once", round, clients, got)
 		}
 		*fx.now = fx.now.Add(time.Minute) // the next round starts a new expiry interval
@@ -304,47 +285,62 @@ func TestReconAnswerEncodedOnce(t *testing.T) {
 // ranged ones with different ranges, and a whole-file one — encode the terms once, and every
 // answer is the same as a fresh encoding of its range.
 func TestReconTermsEncodedOnce(t *testing.T) {
-	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
 	const clients = 12
-	fx := newReconFixture(t, rec, layouts, Options{Permits: clients})
-	barrier := &barrierMeta{Metadata: fx.meta}
-	fx.srv.o.Meta = barrier // every client looks the file up before any of them goes on
-	var m dto.Metric
-	if err := fx.srv.m.termsEncodes.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	before := m.GetCounter().GetValue()
+	fx, barrier := missTogether(t, clients)
+	before := counterValue(t, fx.srv.m.termsEncodes)
 	ranges := make([]*httprange.Range, clients) // nil: the whole file
+	hdrs := make([]string, clients)
 	for i := 1; i < clients; i++ {
-		start := uint64(i) * rec.Size / (2 * clients)
-		ranges[i] = &httprange.Range{Kind: httprange.Closed, Start: start, End: start + rec.Size/3}
+		start := uint64(i) * fx.rec.Size / (2 * clients)
+		ranges[i] = &httprange.Range{Kind: httprange.Closed, Start: start, End: start + fx.rec.Size/3}
+		hdrs[i] = fmt.Sprintf("bytes=%d-%d", ranges[i].Start, ranges[i].End)
 	}
-	barrier.arrive.Add(clients)
-	var wg sync.WaitGroup
-	codes := make([]int, clients)
-	bodies := make([][]byte, clients)
-	for i := range clients {
-		wg.Go(func() {
-			hdr := ""
-			if r := ranges[i]; r != nil {
-				hdr = fmt.Sprintf("bytes=%d-%d", r.Start, r.End)
-			}
-			w := fx.do(t, "v2", hdr)
-			codes[i], bodies[i] = w.Code, w.Body.Bytes()
-		})
-	}
-	wg.Wait()
+	codes, bodies := fx.together(t, barrier, hdrs)
 	for i := range clients {
 		if codes[i] != 200 || !bytes.Equal(bodies[i], fx.want(t, ranges[i])) {
 			t.Fatalf("client %d (range %v): status %d, answer differs from a fresh encoding", i, ranges[i], codes[i])
 		}
 	}
-	if err := fx.srv.m.termsEncodes.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetCounter().GetValue() - before; got != 1 {
+	if got := counterValue(t, fx.srv.m.termsEncodes) - before; got != 1 {
 		t.Fatalf("%d concurrent misses encoded the file's terms %v times, want once", clients, got)
 	}
+}
+
+// missTogether is a fixture of a large worst-shape file, with enough permits for clients
+// concurrent requests, whose metadata lookups go on only once clients callers (see together)
+// have arrived: their requests miss the answer cache together.
+func missTogether(t *testing.T, clients int) (*reconFixture, *barrierMeta) {
+	rec, layouts := worstFile(t, 20, 64, rangedTermsAt+100)
+	fx := newReconFixture(t, rec, layouts, Options{Permits: clients})
+	barrier := &barrierMeta{Metadata: fx.meta}
+	fx.srv.o.Meta = barrier
+	return fx, barrier
+}
+
+// together sends one v2 request per Range header of hdrs ("": the whole file) at once, released
+// together by b, and returns their statuses and bodies.
+func (fx *reconFixture) together(t *testing.T, b *barrierMeta, hdrs []string) ([]int, [][]byte) {
+	b.arrive.Add(len(hdrs))
+	var wg sync.WaitGroup
+	codes := make([]int, len(hdrs))
+	bodies := make([][]byte, len(hdrs))
+	for i, hdr := range hdrs {
+		wg.Go(func() {
+			w := fx.do(t, "v2", hdr)
+			codes[i], bodies[i] = w.Code, w.Body.Bytes()
+		})
+	}
+	wg.Wait()
+	return codes, bodies
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 // barrierMeta holds every File call until arrive reaches zero, so that the callers go on
