@@ -157,14 +157,8 @@ func (s *Server) batchRecon(lim batchLimits) handlerFunc {
 		// Each lookup is bounded by the dependency timeout; so is the whole batch, so that an
 		// index that answers slowly (not stalled) cannot hold a request for up to a thousand
 		// timeouts.
-		plans := func(ctx context.Context) ([]*recon.Answer, error) { return s.batchPlans(ctx, ids, lim.terms) }
-		var answers []*recon.Answer
-		var err error
-		if s.deps > 0 {
-			answers, err = bound(ctx, s.deps, fmt.Sprintf("the index (a batch of %d files)", len(ids)), plans)
-		} else {
-			answers, err = plans(ctx)
-		}
+		answers, err := bound(ctx, s.deps, fmt.Sprintf("the index (a batch of %d files)", len(ids)),
+			func(ctx context.Context) ([]*recon.Answer, error) { return s.batchPlans(ctx, ids, lim.terms) })
 		if err != nil {
 			return err
 		}

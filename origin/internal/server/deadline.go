@@ -46,9 +46,12 @@ func newBoundedIndex(ix Index, d time.Duration) *boundedIndex {
 	return &boundedIndex{Index: ix, raw: index.RawOf(ix), d: d}
 }
 
-// bound runs call under a context that ends after b.d and turns that end into
-// index.ErrUnavailable.
+// bound runs call under a context that ends after d and turns that end into
+// index.ErrUnavailable; d <= 0 runs call unbounded.
 func bound[T any](ctx context.Context, d time.Duration, what string, call func(context.Context) (T, error)) (T, error) {
+	if d <= 0 {
+		return call(ctx)
+	}
 	cctx, cancel := context.WithTimeoutCause(ctx, d, errDependencyTimeout)
 	defer cancel()
 	v, err := call(cctx)
