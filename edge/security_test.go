@@ -1,0 +1,46 @@
+package edge
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// TestEdgeErrorBodiesRevealNothing asks the edge for another scope's file and for unknown
+// files, on the edge's own routes and on the routes it proxies, and checks each 404 body is
+// the fixed not-found body: never the edge's call to the origin (`origin: not found: HEAD
+// /internal/v1/files/…?scope=…`), the owning scope or the origin's driver text.
+func TestEdgeErrorBodiesRevealNothing(t *testing.T) {
+	const scope, other = "models/acme/secret", "models/evil/probe"
+	o := startOrigin(t, t.TempDir())
+	f := upload(t, o, o.token(t, scope, "write"), 21, 1, 4)
+	e := startEdge(t, o, t.TempDir())
+	mine := o.token(t, other, "read")
+	unknown := hash.Chunk([]byte("no such file"))
+	for _, c := range []struct{ name, path string }{
+		{"foreign file v1", "/v1/reconstructions/" + f.hash.String()},
+		{"foreign file v2", "/v2/reconstructions/" + f.hash.String()},
+		{"unknown file v2", "/v2/reconstructions/" + unknown.String()},
+		{"foreign file batch (proxied)", "/v1/reconstructions?file_id=" + f.hash.String()},
+		{"unknown chunk (proxied)", "/v1/chunks/default/" + unknown.String()},
+	} {
+		for _, base := range []string{e.tlsURL, e.httpURL} {
+			st, body := call(t, "GET", base+c.path, mine, nil)
+			if st != 404 {
+				t.Errorf("%s: %d %s, want 404", c.name, st, body)
+				continue
+			}
+			var got struct{ Error, Code string }
+			if err := json.Unmarshal(body, &got); err != nil || got.Error != "not found" || got.Code != "not_found" {
+				t.Errorf("%s: body %s, want the fixed not-found body", c.name, body)
+			}
+			for _, leak := range []string{"origin", "internal", "scope", "sql", "rows", scope, other} {
+				if strings.Contains(string(body), leak) {
+					t.Errorf("%s: body %s reveals %q", c.name, body, leak)
+				}
+			}
+		}
+	}
+}
