@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -42,5 +43,38 @@ func TestEdgeErrorBodiesRevealNothing(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEdgeAdminNeedsAdminToken: the edge's admin listener serves /metrics to anyone who
+// reaches it and pprof only with an admin token (checked with the origin's keys): 401 without
+// a token, 403 for client and edge tokens.
+func TestEdgeAdminNeedsAdminToken(t *testing.T) {
+	o := startOrigin(t, t.TempDir())
+	admin := testenv.FreeAddr(t)
+	e := startEdge(t, o, t.TempDir(), "--admin-listen", admin)
+	if e.AdminAddr() != admin {
+		t.Fatalf("admin listener on %s, want %s", e.AdminAddr(), admin)
+	}
+	base := "http://" + admin
+	for _, c := range []struct {
+		name, tok string
+		status    int
+	}{
+		{"no token", "", 401},
+		{"garbage", "x.y.z", 401},
+		{"read", o.token(t, "models/a/b", "read"), 403},
+		{"write", o.token(t, "models/a/b", "write"), 403},
+		{"edge", o.token(t, "edge", "edge"), 403},
+		{"admin", o.token(t, "", "admin"), 200},
+	} {
+		for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+			if st, body := call(t, "GET", base+p, c.tok, nil); st != c.status {
+				t.Errorf("%s: GET %s: %d %.200s, want %d", c.name, p, st, body, c.status)
+			}
+		}
+	}
+	if st, body := call(t, "GET", base+"/metrics", "", nil); st != 200 || !strings.Contains(string(body), "xet_edge_") {
+		t.Errorf("/metrics without a token: %d", st)
 	}
 }

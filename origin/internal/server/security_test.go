@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -56,6 +58,110 @@ func testErrorBodies(t *testing.T, b backend) {
 				if strings.Contains(string(body), leak) {
 					t.Errorf("body %s reveals %q", body, leak)
 				}
+			}
+		})
+	}
+}
+
+// TestAdminNeedsAdminToken: the admin listener's hide route and pprof answer 401 without a
+// token and 403 for every token but an admin one (an edge token included), and a refused hide
+// reaches nothing; /metrics stays readable for scrapers.
+func TestAdminNeedsAdminToken(t *testing.T) {
+	e := newEnv(t, sqliteLocal())
+	rec := &recordingHider{next: e.idx}
+	admin := httptest.NewServer(e.srv.Admin(e.reg, rec))
+	t.Cleanup(admin.Close)
+	const scope = "models/acme/x"
+	f := makeFixture(t, 3, 1, 2, 4096)
+	e.upload(f, scope)
+	hide := `{"scope":"` + scope + `"}`
+	forged := e.token("", auth.Admin)
+	forged = forged[:len(forged)-4] + "AAAA" // signature no longer verifies
+	refused := []struct {
+		name, tok string
+		status    int
+	}{
+		{"no token", "", 401},
+		{"garbage", "not-a-jwt", 401},
+		{"bad signature", forged, 401},
+		{"read", e.token(scope, auth.Read), 403},
+		{"write", e.token(scope, auth.Write), 403},
+		{"edge", e.token("", auth.Edge), 403},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			expect(t, adminPost(t, admin, c.tok, hide), c.status)
+			for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/symbol"} {
+				req, _ := http.NewRequest("GET", admin.URL+p, nil)
+				if c.tok != "" {
+					req.Header.Set("Authorization", "Bearer "+c.tok)
+				}
+				resp, err := admin.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				expect(t, resp, c.status)
+			}
+		})
+	}
+	if len(rec.calls) != 0 {
+		t.Fatalf("refused requests reached Hide: %v", rec.calls)
+	}
+	expect(t, e.do("GET", "/v2/reconstructions/"+f.file.String(), e.token(scope, auth.Read), nil), 200)
+
+	// Scrapers need no token; the admin token opens pprof and the hide route.
+	resp, err := admin.Client().Get(admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, resp, 200)
+	tok := e.token("", auth.Admin)
+	req, _ := http.NewRequest("GET", admin.URL+"/debug/pprof/cmdline", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if resp, err = admin.Client().Do(req); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, resp, 200)
+	expect(t, adminPost(t, admin, tok, hide), 200)
+	expect(t, e.do("GET", "/v2/reconstructions/"+f.file.String(), e.token(scope, auth.Read), nil), 404)
+}
+
+// TestHubTokenClientTokensOnly: the Hub-compatible token route exchanges a client's own token
+// for a CAS token of its scope, and nothing else: an edge token (which reads every scope on
+// the internal API) and an admin token mint nothing, for any scope.
+func TestHubTokenClientTokensOnly(t *testing.T) {
+	e := newEnv(t, sqliteLocal())
+	const scope = "models/acme/x"
+	route := func(op string) string { return "/api/models/acme/x/xet-" + op + "-token/main" }
+	for _, c := range []struct {
+		name, tok, op string
+		status        int
+	}{
+		{"edge read", e.token("", auth.Edge), "read", 403},
+		{"edge write", e.token("", auth.Edge), "write", 403},
+		{"edge token named after the scope", e.token(scope, auth.Edge), "read", 403},
+		{"admin read", e.token("", auth.Admin), "read", 403},
+		{"read, other scope", e.token("models/acme/y", auth.Read), "read", 403},
+		{"read asks write", e.token(scope, auth.Read), "write", 403},
+		{"read", e.token(scope, auth.Read), "read", 200},
+		{"write asks read", e.token(scope, auth.Write), "read", 200},
+		{"write", e.token(scope, auth.Write), "write", 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := expect(t, e.do("GET", route(c.op), c.tok, nil), c.status)
+			if c.status != 200 {
+				if strings.Contains(string(body), "accessToken") {
+					t.Errorf("refused answer carries a token: %s", body)
+				}
+				return
+			}
+			var ans struct{ AccessToken string }
+			if err := json.Unmarshal(body, &ans); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := e.srv.verifier.Verify(ans.AccessToken)
+			if err != nil || cl.Scope != scope || !cl.Access.Client() {
+				t.Errorf("minted %+v (%v), want a client token of %s", cl, err, scope)
 			}
 		})
 	}
