@@ -48,7 +48,8 @@ func TestEdgeErrorBodiesRevealNothing(t *testing.T) {
 
 // TestEdgeAdminNeedsAdminToken: the edge's admin listener serves /metrics to anyone who
 // reaches it and pprof only with an admin token (checked with the origin's keys): 401 without
-// a token, 403 for client and edge tokens.
+// a token, 403 for client and edge tokens. The token route proxied by the edge refuses edge
+// tokens too.
 func TestEdgeAdminNeedsAdminToken(t *testing.T) {
 	o := startOrigin(t, t.TempDir())
 	admin := testenv.FreeAddr(t)
@@ -76,5 +77,15 @@ func TestEdgeAdminNeedsAdminToken(t *testing.T) {
 	}
 	if st, body := call(t, "GET", base+"/metrics", "", nil); st != 200 || !strings.Contains(string(body), "xet_edge_") {
 		t.Errorf("/metrics without a token: %d", st)
+	}
+
+	// The token route through the edge (proxied): an edge token mints nothing, a client's own
+	// token still gets its CAS token.
+	route := e.tlsURL + "/api/models/a/b/xet-read-token/main"
+	if st, body := call(t, "GET", route, o.token(t, "edge", "edge"), nil); st != 403 || strings.Contains(string(body), "accessToken") {
+		t.Errorf("token route with an edge token through the edge: %d %s, want 403", st, body)
+	}
+	if st, body := call(t, "GET", route, o.token(t, "models/a/b", "read"), nil); st != 200 {
+		t.Errorf("token route with the scope's read token through the edge: %d %s", st, body)
 	}
 }
