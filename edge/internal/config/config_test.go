@@ -54,8 +54,11 @@ func TestAdminListenDefaultsToLoopback(t *testing.T) {
 	for in, want := range map[string]string{":9091": "127.0.0.1:9091", "0.0.0.0:9091": "0.0.0.0:9091",
 		"[::1]:9091": "[::1]:9091", "": ""} {
 		c, err := Load(append(base, "--admin-listen", in), func(string) string { return "" })
-		if err != nil || c.AdminListen != want {
-			t.Errorf("--admin-listen %q: %q, %v; want %q", in, c.AdminListen, err, want)
+		if err != nil {
+			t.Fatalf("--admin-listen %q: %v", in, err)
+		}
+		if c.AdminListen != want {
+			t.Errorf("--admin-listen %q: %q, want %q", in, c.AdminListen, want)
 		}
 	}
 }

@@ -125,8 +125,11 @@ func TestAdminListenDefaultsToLoopback(t *testing.T) {
 		{nil, ""},
 	} {
 		c, err := Load(append([]string{"--data-dir", "/d"}, tc.args...), func(string) string { return "" })
-		if err != nil || c.AdminListen != tc.want {
-			t.Errorf("%q: admin listen %v, %v; want %q", tc.args, c, err, tc.want)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if c.AdminListen != tc.want {
+			t.Errorf("%q: admin listen %q, want %q", tc.args, c.AdminListen, tc.want)
 		}
 	}
 }
