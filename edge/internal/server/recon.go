@@ -278,7 +278,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.o.Ready(ctx); err != nil {
-			httpapi.WriteJSON(w, http.StatusServiceUnavailable, httpapi.ErrorBody{Error: err.Error(), Code: "not_ready"})
+			// The reason names the origin's address: it goes to the log, not to the prober.
+			s.log.DebugContext(r.Context(), "not ready", "err", err)
+			httpapi.WriteJSON(w, http.StatusServiceUnavailable, httpapi.ErrorBody{
+				Error: "not ready: the origin is unreachable and nothing is cached", Code: "not_ready"})
 			return nil
 		}
 	}
