@@ -164,8 +164,8 @@ func TestEdge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expired := string(signer.AppendURLExpiring(nil, l.Hash, []httprange.ByteRange{{Start: whole.Start, End: whole.End}},
-			time.Now().Add(-time.Minute)))
+		expired := string(signer.Bind(scope, f.hash, time.Now().Add(-time.Minute)).AppendURL(nil, l.Hash,
+			[]httprange.ByteRange{{Start: whole.Start, End: whole.End}}))
 		u, _ := url.Parse(entry.URL)
 		q := u.Query()
 		q.Set("r", fmt.Sprintf("0-%d", whole.End+100))
