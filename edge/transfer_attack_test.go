@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -74,6 +75,27 @@ func fetchStatus(t *testing.T, f edgeFetch) int {
 	return st
 }
 
+// boundedGet GETs u with a Range header and reads at most limit bytes of the answer (an
+// unbounded answer is cut, not read: its Content-Length tells its size).
+func boundedGet(t *testing.T, u, rangeHdr string, limit uint64) (int, []byte, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest("GET", u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Range", rangeHdr)
+	resp, err := insecureClient().Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)))
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", u, err)
+	}
+	return resp.StatusCode, b, resp.Header
+}
+
 // TestEdgeTransferURLAttacks runs the attacks of issue 9 items 4 and 6 against an edge in front
 // of the origin binary: (a) one edge URL asked for 200 overlapping copies of its full span
 // answers the span once, and more parts than it signed ranges is 416; (b) after a hide on the
@@ -95,7 +117,7 @@ func TestEdgeTransferURLAttacks(t *testing.T) {
 		span := f.end - f.start + 1
 		spec := strings.TrimPrefix(f.rangeHeader(), "bytes=")
 		hdr := "bytes=" + strings.Repeat(spec+",", 199) + spec
-		st, body, h := callH(t, insecureClient(), "GET", f.url, "", nil, "Range", hdr)
+		st, body, h := boundedGet(t, f.url, hdr, 2*span)
 		cl, _ := strconv.ParseUint(h.Get("Content-Length"), 10, 64)
 		t.Logf("200 copies of a %d-byte signed span: %d, %d bytes (Content-Length %d)", span, st, len(body), cl)
 		if st != http.StatusPartialContent || uint64(len(body)) != span || cl != span {
