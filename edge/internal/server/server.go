@@ -4,7 +4,7 @@
 //
 //	client ─┬─ /v1|v2/reconstructions, /v1/files ─► permit? ─┬─ yes ► metacache ► recon.Plan ► Encoder
 //	        │                                                └─ no ─► proxy to origin (fallback)
-//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Layout ► XorbBytes (verified)
+//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Visible, .Layout ► XorbBytes (verified)
 //	        └─ uploads, shards, dedup, telemetry, token route ───────────► proxy to origin
 //
 // Handlers return errors; one wrapper maps them to a status with httpapi.Errors. Nothing is
