@@ -98,10 +98,11 @@ func boundedGet(t *testing.T, u, rangeHdr string, limit uint64) (int, []byte, ht
 
 // TestEdgeTransferURLAttacks runs the attacks of issue 9 items 4 and 6 against an edge in front
 // of the origin binary: (a) one edge URL asked for 200 overlapping copies of its full span
-// answers the span once, and more parts than it signed ranges is 416; (b) after a hide on the
-// origin, the edge URLs already issued for the file turn 403 as soon as the edge applies the
-// origin's revocation event (measured; bounded by revokeDeadline), while URLs of the same file
-// issued to another scope and of the scope's other file keep working.
+// answers the span once, and more parts than it signed ranges and than urlsign.MinParts is
+// 416; (b) after a hide on the origin, the edge URLs already issued for the file turn 403 as
+// soon as the edge applies the origin's revocation event (measured; bounded by
+// revokeDeadline), while URLs of the same file issued to another scope and of the scope's other
+// file keep working.
 func TestEdgeTransferURLAttacks(t *testing.T) {
 	const scope, other = "models/acme/edge-attack", "models/acme/edge-attack-other"
 	o, admin := startOriginAdmin(t, t.TempDir())
@@ -124,9 +125,13 @@ func TestEdgeTransferURLAttacks(t *testing.T) {
 			t.Fatalf("200 overlapping ranges of the %d-byte span: status %d, %d bytes (Content-Length %d), want 206 with the span once",
 				span, st, len(body), cl)
 		}
-		mid := f.start + span/2
-		if st, b := call(t, "GET", f.url, "", nil, "Range", fmt.Sprintf("bytes=%d-%d,%d-%d", f.start, f.start+9, mid, mid+9)); st != http.StatusRequestedRangeNotSatisfiable {
-			t.Fatalf("two disjoint parts of a one-range URL: %d %.200s, want 416", st, b)
+		// More parts than the URL has signed ranges (here one) and than urlsign.MinParts (16).
+		specs := make([]string, 17)
+		for i := range specs {
+			specs[i] = fmt.Sprintf("%d-%d", f.start+2*uint64(i), f.start+2*uint64(i))
+		}
+		if st, b := call(t, "GET", f.url, "", nil, "Range", "bytes="+strings.Join(specs, ",")); st != http.StatusRequestedRangeNotSatisfiable {
+			t.Fatalf("17 disjoint parts of a one-range URL: %d %.200s, want 416", st, b)
 		}
 	})
 

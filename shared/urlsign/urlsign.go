@@ -71,7 +71,7 @@ var (
 	// no longer visible in its scope. The serving tier returns it (see Grant).
 	ErrRevoked = fmt.Errorf("%w: revoked", ErrDenied)
 	// ErrExcessive: the requested ranges, coalesced, make more parts than the URL has signed
-	// ranges (see Parts). It wraps httprange.ErrUnsatisfiable: RFC 9110 §15.5.17 answers an
+	// ranges and more than MinParts (see Parts). It wraps httprange.ErrUnsatisfiable: RFC 9110 §15.5.17 answers an
 	// excessive range set with 416.
 	ErrExcessive = fmt.Errorf("%w: more parts than signed ranges", httprange.ErrUnsatisfiable)
 )
@@ -380,22 +380,26 @@ func Allowed(signed []httprange.ByteRange, requested []httprange.Range) bool {
 	return inside(union(signed), closed)
 }
 
+// MinParts is the number of parts a transfer request may always have, however few ranges its
+// URL signed (see Parts).
+const MinParts = 16
+
 // Parts returns the parts a transfer answer sends for the requested byte ranges (resolved
 // against the object, in request order) under a URL that signed the ranges signed: requested
 // coalesced (httprange.Coalesce), so that no byte is sent twice. The answer's payload is then
-// at most the signed span, whatever the request, plus the multipart framing of at most as many
-// parts as the URL has signed ranges. Errors: ErrDenied (403) when a requested byte lies outside
+// at most the signed span, whatever the request, plus the multipart framing of at most
+// max(signed ranges, MinParts) parts. Errors: ErrDenied (403) when a requested byte lies outside
 // the signed set or nothing is requested; ErrExcessive (416) when the coalesced request has
-// more parts than the union of the signed ranges — no client a URL was issued to asks for
-// that (they ask for one signed range, or for all of them), and each part costs the tier a
-// store read.
+// more parts than the union of the signed ranges and more than MinParts. Stock clients ask for
+// one signed range per request, or for all of an entry's ranges at once; each part costs the
+// tier a store read, so a request of many small pieces of one signed range is refused.
 func Parts(signed, requested []httprange.ByteRange) ([]httprange.ByteRange, error) {
 	u := union(signed)
 	parts := httprange.Coalesce(requested)
 	if len(parts) == 0 || !inside(u, parts) {
 		return nil, fmt.Errorf("%w: requested ranges are outside the signed set", ErrDenied)
 	}
-	if len(parts) > len(u) {
+	if len(parts) > max(len(u), MinParts) {
 		return nil, fmt.Errorf("%w: %d parts, %d signed ranges", ErrExcessive, len(parts), len(u))
 	}
 	return parts, nil

@@ -410,6 +410,19 @@ func TestParts(t *testing.T) {
 	for i := range many {
 		many[i] = br(0, 99)
 	}
+	// pieces(n, at, step) is n ranges of 10 bytes starting at at, one every step bytes.
+	pieces := func(n int, at, step uint64) []httprange.ByteRange {
+		out := make([]httprange.ByteRange, n)
+		for i := range out {
+			out[i] = br(at+uint64(i)*step, at+uint64(i)*step+9)
+		}
+		return out
+	}
+	const nw = MinParts + 4
+	wide := pieces(nw, 0, 200)                           // nw signed ranges with gaps
+	split := append(rs(br(0, 3), br(6, 9)), wide[1:]...) // nw+1 parts inside them
+	adjacent := pieces(nw, 0, 10)                        // nw signed ranges that touch: one
+	inOne := pieces(MinParts+1, 0, 11)                   // MinParts+1 parts inside 0-199
 	tests := []struct {
 		name      string
 		signed    []httprange.ByteRange
@@ -426,9 +439,11 @@ func TestParts(t *testing.T) {
 		{"merged part takes its first range's place", signed, rs(br(400, 499), br(0, 9), br(450, 460)), rs(br(400, 499), br(0, 9)), nil},
 		{"outside", signed, rs(br(0, 100)), nil, ErrDenied},
 		{"nothing asked", signed, nil, nil, ErrDenied},
-		{"more parts than signed ranges", rs(br(0, 99)), rs(br(0, 9), br(20, 29)), nil, ErrExcessive},
-		{"as many parts as signed ranges", signed, rs(br(0, 9), br(20, 29), br(40, 49)), rs(br(0, 9), br(20, 29), br(40, 49)), nil},
-		{"signed ranges that merge count once", rs(br(0, 49), br(50, 99)), rs(br(0, 9), br(60, 69)), nil, ErrExcessive},
+		{"MinParts pieces of one signed range", rs(br(0, 999)), inOne[:MinParts], inOne[:MinParts], nil},
+		{"more pieces than MinParts", rs(br(0, 999)), inOne, nil, ErrExcessive},
+		{"as many parts as signed ranges", wide, wide, wide, nil},
+		{"more parts than signed ranges", wide, split, nil, ErrExcessive},
+		{"signed ranges that merge count once", adjacent, inOne, nil, ErrExcessive},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -444,7 +459,7 @@ func TestParts(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Parts(rs(br(0, 99)), rs(br(0, 9), br(20, 29))); !errors.Is(err, httprange.ErrUnsatisfiable) {
+	if _, err := Parts(rs(br(0, 999)), inOne); !errors.Is(err, httprange.ErrUnsatisfiable) {
 		t.Errorf("ErrExcessive does not wrap httprange.ErrUnsatisfiable (416): %v", err)
 	}
 }

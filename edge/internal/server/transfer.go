@@ -24,7 +24,7 @@ func objectSize(l *xorb.Layout) uint64 {
 // transfer route. The URL is the credential, good only while the file it was issued for is
 // visible in its scope (403 when hidden — as soon as the edge has applied the origin's event —
 // tampered, expired, or when a requested range leaves the signed set). Overlapping or adjacent
-// ranges are coalesced, and more parts than the URL has signed ranges is 416 (urlsign.Parts):
+// ranges are coalesced, and more parts than urlsign.Parts allows is 416 (urlsign.Parts):
 // one URL never answers more than its signed span. One part → 206 with exactly those bytes;
 // several → 206 multipart/byteranges, one part per (coalesced) range in request order; no
 // Range header → the signed ranges. Every byte comes from XorbBytes, which verified it against
