@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -124,6 +128,73 @@ func testTransferURLsBound(t *testing.T, b backend) {
 	for _, u := range urls(tok, c) {
 		if st := e.fetchStatus(u); st != 206 {
 			t.Errorf("c's own URL after the hide: %d", st)
+		}
+	}
+}
+
+// countingIndex counts the visibility lookups that reach the database (File and FileBytes).
+type countingIndex struct {
+	index.Index
+	n atomic.Int64
+}
+
+func (c *countingIndex) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	c.n.Add(1)
+	return c.Index.File(ctx, h, scope)
+}
+
+func (c *countingIndex) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
+	c.n.Add(1)
+	return c.Index.(index.Raw).FileBytes(ctx, h, scope)
+}
+
+// TestTransferVisibilityCached: behind the origin's FileCache, the transfer route's visibility
+// check is answered from memory while the answer is fresh (no index round trip per request),
+// and a Hide through the cache still refuses the URL at once.
+func TestTransferVisibilityCached(t *testing.T) {
+	db, objs := sqliteLocal().open(t)
+	counted := &countingIndex{Index: db}
+	fc, err := index.NewFileCache(counted, index.FileCacheOptions{MaxBytes: 16 << 20, VisibilityTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fc.Close() })
+	e := newEnvWith(t, fc, objs)
+	const scope = "models/acme/cached-transfer"
+	f := makeFixture(t, 51, 2, 4, 1000)
+	e.upload(f, scope)
+	var v2 reconV2
+	if err := json.Unmarshal(expect(t, e.do("GET", "/v2/reconstructions/"+f.file.String(), e.token(scope, auth.Read), nil), 200), &v2); err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for _, es := range v2.Xorbs {
+		for _, en := range es {
+			urls = append(urls, en.URL)
+		}
+	}
+	for _, u := range urls { // warm: the cache may have dropped a set (ristretto admits asynchronously)
+		e.fetchStatus(u)
+	}
+	fc.Wait()
+	before := counted.n.Load()
+	const rounds = 50
+	for range rounds {
+		for _, u := range urls {
+			if st := e.fetchStatus(u); st != 206 {
+				t.Fatalf("transfer: %d", st)
+			}
+		}
+	}
+	if n := counted.n.Load() - before; n != 0 {
+		t.Fatalf("%d transfers asked the index %d times for visibility, want 0 (cached)", rounds*len(urls), n)
+	}
+	if err := fc.Hide(context.Background(), scope, []hash.Hash{f.file}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range urls {
+		if st := e.fetchStatus(u); st != 403 {
+			t.Fatalf("transfer after the hide: %d, want 403", st)
 		}
 	}
 }
