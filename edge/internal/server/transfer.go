@@ -24,8 +24,8 @@ func objectSize(l *xorb.Layout) uint64 {
 // transfer route. The URL is the credential, good only while the file it was issued for is
 // visible in its scope (403 when hidden — as soon as the edge has applied the origin's event —
 // tampered, expired, or when a requested range leaves the signed set). Overlapping or adjacent
-// ranges are coalesced, and more parts than urlsign.Parts allows is 416 (urlsign.Parts):
-// one URL never answers more than its signed span. One part → 206 with exactly those bytes;
+// ranges are coalesced, and more parts than the URL has signed ranges (and than
+// urlsign.MinParts) is 416 (urlsign.Parts): one URL never answers more than its signed span. One part → 206 with exactly those bytes;
 // several → 206 multipart/byteranges, one part per (coalesced) range in request order; no
 // Range header → the signed ranges. Every byte comes from XorbBytes, which verified it against
 // the layout; bytes that fail verification are never sent (502).

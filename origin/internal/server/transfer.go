@@ -20,9 +20,9 @@ import (
 // expired or tampered). Every requested range must lie inside the signed set (403 otherwise);
 // overlapping or adjacent ranges are coalesced, and a request that would still make more parts
 // than the URL has signed ranges (and more than urlsign.MinParts) is 416 (urlsign.Parts), so
-// that one URL never answers more than its signed span. One part → 206 with exactly those bytes; several → 206
-// multipart/byteranges, one part per (coalesced) range, in request order; no Range → the
-// whole object, if the signed set covers it.
+// that one URL never answers more than its signed span. One part → 206 with exactly those
+// bytes; several → 206 multipart/byteranges, one part per (coalesced) range, in request order;
+// no Range → the whole object, if the signed set covers it.
 func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 	g, err := s.signer.VerifyRequest(r, s.now())
 	if err != nil {
