@@ -2,6 +2,7 @@ package originapi
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
@@ -90,6 +91,8 @@ func TestLayoutsAnswers(t *testing.T) {
 	good := encodeLayouts(t, a, b)
 	misnamed := encodeLayouts(t, a)
 	copy(misnamed[4:], b.Hash[:])
+	one := encodeLayouts(t, a)[4:]
+	repeated := append(binary.LittleEndian.AppendUint32(nil, 2), append(one, one...)...) // a's entry twice
 	for name, in := range map[string][]byte{
 		"empty":     nil,
 		"truncated": good[:len(good)-1],
@@ -97,6 +100,7 @@ func TestLayoutsAnswers(t *testing.T) {
 		"too many":  encodeLayouts(t, a, b, c),
 		"unasked":   encodeLayouts(t, c),
 		"misnamed":  misnamed,
+		"repeated":  repeated,
 		"oversized": append(append([]byte(nil), good...), make([]byte, internalapi.MaxLayoutsAnswer(2))...),
 	} {
 		o.set(in)
