@@ -299,6 +299,7 @@ func FuzzLayouts(f *testing.F) {
 	f.Add(answerOf(1, RawLayout{a.Hash, mustMarshal(f, a)}))
 	f.Add([]byte{1, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
+	f.Add([]byte{0x00, 0x04, 0, 0}) // 1,024 entries announced, none present
 	f.Add([]byte("three chunks of text and more text to cut into layouts"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Arbitrary bytes.
