@@ -19,6 +19,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -202,7 +203,4 @@ func PublicMessage(status int, err error) string {
 }
 
 // ErrorBody is the JSON body of every error answer.
-type ErrorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
+type ErrorBody = wire.ErrorBody

@@ -3,9 +3,11 @@
 // Hub token answer and xetcdn's JSON error body.
 //
 // Hashes are hash.Hash values, which encode and decode in the protocol's string form, also as
-// map keys. Servers write reconstruction answers with package recon (hand-encoded, same shapes);
-// these types decode them. The stock client treats every documented field as required, so
-// Validate checks presence where encoding/json cannot.
+// map keys. The servers encode their small answers (uploads, frames, tokens, errors) with these
+// types; they write reconstruction answers (single and batch) with package recon, hand-encoded
+// for speed, and tests check those bytes decode to the same values as these types' encoding.
+// The stock client treats every documented field as required, so Validate checks presence
+// where encoding/json cannot.
 package wire
 
 import (
@@ -70,6 +72,14 @@ type QueryReconstructionResponse struct {
 	OffsetIntoFirstRange uint64                    `json:"offset_into_first_range"`
 	Terms                []Term                    `json:"terms"`
 	FetchInfo            map[hash.Hash][]FetchInfo `json:"fetch_info"`
+}
+
+// BatchQueryReconstructionResponse is the body of the batch reconstruction routes
+// (GET /v1/reconstructions?file_id=…, POST /v1/reconstructions; docs/protocol.md §2.9): the
+// v1 terms of each file, and per xorb the v1 fetch entries that cover all of them.
+type BatchQueryReconstructionResponse struct {
+	Files     map[hash.Hash][]Term      `json:"files"`
+	FetchInfo map[hash.Hash][]FetchInfo `json:"fetch_info"`
 }
 
 // ToV2 converts a v1 answer the way the client does: each fetch_info entry becomes a one-range

@@ -89,6 +89,11 @@ func TestFrameShapes(t *testing.T) {
 		{UploadShardResponse{Result: ShardSyncPerformed}, `{"result":1}`},
 		{Token{CasURL: "https://cas", Exp: 17, AccessToken: "t"}, `{"casUrl":"https://cas","exp":17,"accessToken":"t"}`},
 		{ErrorBody{Error: "no such file", Code: "not_found"}, `{"error":"no such file","code":"not_found"}`},
+		{BatchQueryReconstructionResponse{
+			Files:     map[hash.Hash][]Term{h1: {{Hash: h1, UnpackedLength: 9, Range: ChunkRange{0, 2}}}},
+			FetchInfo: map[hash.Hash][]FetchInfo{h1: {{Range: ChunkRange{0, 2}, URL: "u", URLRange: ByteRange{0, 99}}}}},
+			`{"files":{"` + h1s + `":[{"hash":"` + h1s + `","unpacked_length":9,"range":{"start":0,"end":2}}]},` +
+				`"fetch_info":{"` + h1s + `":[{"range":{"start":0,"end":2},"url":"u","url_range":{"start":0,"end":99}}]}}`},
 	}
 	for _, tc := range tests {
 		got, err := json.Marshal(tc.v)

@@ -1,6 +1,7 @@
-// Package originapi is the edge's client of the origin's internal API (docs/origin.md,
-// "Internal API"): file records by hash and scope, xorb layouts, raw xorb byte ranges, the
-// token key set and the visibility event stream. Every call carries the edge's token.
+// Package originapi is the edge's client of the origin's internal API (docs/protocol.md
+// §16.3): file records by hash and scope, xorb layouts, raw xorb byte ranges, the token key set
+// and the visibility event stream. Every call carries the edge's token. Routes, parameters and
+// answer formats are shared/internalapi's, the package the origin serves them with.
 //
 // Failures are reported with the sentinels below so the edge can answer them the same way
 // everywhere: ErrNotFound (404), ErrUnavailable (502: refused, reset, 5xx, malformed answer)
@@ -10,8 +11,6 @@ package originapi
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -42,11 +42,10 @@ var (
 
 // Limits on what the client reads from the origin.
 const (
-	// MaxLayoutsPerCall is how many layouts one /internal/v1/layouts request asks for. With up
-	// to 8,192 chunks (~330 KiB) per layout this bounds one answer to about 21 MiB.
+	// MaxLayoutsPerCall is how many layouts one /internal/v1/layouts request asks for (at most
+	// internalapi.MaxLayoutsPerRequest). With up to 8,192 chunks (~320 KiB) per layout this
+	// bounds one answer to about 21 MiB.
 	MaxLayoutsPerCall = 64
-	maxRecordBytes    = 512 << 20
-	maxLayoutBytes    = 16 + 48*xorb.MaxChunks + 64
 	maxSmallBody      = 4 << 20
 )
 
@@ -115,19 +114,14 @@ func (c *Client) Transport() http.RoundTripper { return c.rt }
 // File returns the record of file h if it is visible in scope (ErrNotFound otherwise).
 func (c *Client) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	var rec *recon.FileRecord
-	err := c.do(ctx, "file", http.MethodGet, "/internal/v1/files/"+h.String()+"?scope="+url.QueryEscape(scope), nil,
+	err := c.do(ctx, "file", http.MethodGet, internalapi.FileTarget(h, scope), nil,
 		func(resp *http.Response) error {
-			b, err := readAll(resp.Body, maxRecordBytes)
+			b, err := readAll(resp.Body, internalapi.MaxFileAnswer)
 			if err != nil {
 				return err
 			}
-			if rec, err = recon.UnmarshalFileRecord(b); err != nil {
-				return err
-			}
-			if rec.Hash != h {
-				return fmt.Errorf("record of %s names file %s", h, rec.Hash)
-			}
-			return nil
+			rec, err = internalapi.DecodeFile(b, h)
+			return err
 		})
 	return rec, err
 }
@@ -135,7 +129,7 @@ func (c *Client) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fi
 // Visible reports (nil or ErrNotFound) whether file h is visible in scope, without
 // transferring its record.
 func (c *Client) Visible(ctx context.Context, h hash.Hash, scope string) error {
-	return c.do(ctx, "visible", http.MethodHead, "/internal/v1/files/"+h.String()+"?scope="+url.QueryEscape(scope), nil, nil)
+	return c.do(ctx, "visible", http.MethodHead, internalapi.FileTarget(h, scope), nil, nil)
 }
 
 // Layouts returns the verified layouts of the xorbs in hs that the origin has (at most
@@ -144,67 +138,16 @@ func (c *Client) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xo
 	if len(hs) == 0 || len(hs) > MaxLayoutsPerCall {
 		return nil, fmt.Errorf("originapi: %d layouts asked, want 1 to %d", len(hs), MaxLayoutsPerCall)
 	}
-	q := make([]byte, 0, len(hs)*68)
-	for i, h := range hs {
-		if i > 0 {
-			q = append(q, '&')
-		}
-		q = append(q, "h="...)
-		q = h.AppendString(q)
-	}
-	want := make(map[hash.Hash]bool, len(hs))
-	for _, h := range hs {
-		want[h] = true
-	}
 	var out map[hash.Hash]*xorb.Layout
-	err := c.do(ctx, "layouts", http.MethodGet, "/internal/v1/layouts?"+string(q), nil, func(resp *http.Response) error {
-		b, err := readAll(resp.Body, int64(len(hs))*(36+maxLayoutBytes)+4)
+	err := c.do(ctx, "layouts", http.MethodGet, internalapi.LayoutsTarget(hs), nil, func(resp *http.Response) error {
+		b, err := readAll(resp.Body, internalapi.MaxLayoutsAnswer(len(hs)))
 		if err != nil {
 			return err
 		}
-		out, err = parseLayouts(b, want)
+		out, err = internalapi.DecodeLayouts(b, hs)
 		return err
 	})
 	return out, err
-}
-
-// parseLayouts decodes the /internal/v1/layouts answer, keeping only wanted hashes whose layout
-// verifies against its hash.
-func parseLayouts(b []byte, want map[hash.Hash]bool) (map[hash.Hash]*xorb.Layout, error) {
-	if len(b) < 4 {
-		return nil, errors.New("layouts answer shorter than its count")
-	}
-	n := binary.LittleEndian.Uint32(b)
-	b = b[4:]
-	if uint64(n) > uint64(len(want)) {
-		return nil, fmt.Errorf("layouts answer has %d entries for %d hashes", n, len(want))
-	}
-	out := make(map[hash.Hash]*xorb.Layout, n)
-	for i := uint32(0); i < n; i++ {
-		if len(b) < hash.Size+4 {
-			return nil, fmt.Errorf("layouts answer truncated at entry %d", i)
-		}
-		var h hash.Hash
-		copy(h[:], b)
-		ln := binary.LittleEndian.Uint32(b[hash.Size:])
-		b = b[hash.Size+4:]
-		if uint64(ln) > uint64(len(b)) {
-			return nil, fmt.Errorf("layouts answer truncated in entry %d", i)
-		}
-		l, err := xorb.UnmarshalLayout(b[:ln])
-		if err != nil {
-			return nil, fmt.Errorf("layout of %s: %w", h, err)
-		}
-		if l.Hash != h || !want[h] {
-			return nil, fmt.Errorf("layouts answer has an unasked or misnamed entry %s", h)
-		}
-		out[h] = l
-		b = b[ln:]
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("layouts answer has %d trailing bytes", len(b))
-	}
-	return out, nil
 }
 
 // FetchXorbRange returns the raw stored bytes [start, end) of xorb h. The caller closes the
@@ -216,7 +159,7 @@ func (c *Client) FetchXorbRange(ctx context.Context, h hash.Hash, start, end int
 	}
 	hdr := http.Header{"Range": {"bytes=" + strconv.FormatInt(start, 10) + "-" + strconv.FormatInt(end-1, 10)}}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	resp, err := c.send(ctx, "xorb", http.MethodGet, "/internal/v1/xorbs/"+h.String(), hdr)
+	resp, err := c.send(ctx, "xorb", http.MethodGet, internalapi.XorbTarget(h), hdr)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -261,7 +204,7 @@ func (b *body) Close() error {
 // JWKS returns the origin's token verification keys.
 func (c *Client) JWKS(ctx context.Context) (*auth.KeySet, error) {
 	var ks *auth.KeySet
-	err := c.do(ctx, "jwks", http.MethodGet, "/internal/v1/jwks", nil, func(resp *http.Response) error {
+	err := c.do(ctx, "jwks", http.MethodGet, internalapi.JWKSPath, nil, func(resp *http.Response) error {
 		b, err := readAll(resp.Body, maxSmallBody)
 		if err != nil {
 			return err
@@ -274,30 +217,23 @@ func (c *Client) JWKS(ctx context.Context) (*auth.KeySet, error) {
 
 // Event is one visibility revocation: Files of Scope (nil: every file of it) are no longer
 // visible there.
-type Event struct {
-	Seq   int64       `json:"seq"`
-	Scope string      `json:"scope"`
-	Files []hash.Hash `json:"files"`
-	At    time.Time   `json:"at"`
-}
+type Event = internalapi.Event
 
 // Events returns the events after seq, waiting up to wait on the origin when there are none.
 // The call's timeout is wait plus the client's timeout.
 func (c *Client) Events(ctx context.Context, after int64, wait time.Duration) ([]Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
 	defer cancel()
-	path := "/internal/v1/events?after=" + strconv.FormatInt(after, 10) + "&wait=" + strconv.Itoa(int(wait/time.Second))
-	var out struct {
-		Events []Event `json:"events"`
-	}
-	err := c.doNoTimeout(ctx, "events", http.MethodGet, path, nil, func(resp *http.Response) error {
-		b, err := readAll(resp.Body, maxRecordBytes)
+	var out []Event
+	err := c.doNoTimeout(ctx, "events", http.MethodGet, internalapi.EventsTarget(after, wait), nil, func(resp *http.Response) error {
+		b, err := readAll(resp.Body, internalapi.MaxEventsAnswer)
 		if err != nil {
 			return err
 		}
-		return json.Unmarshal(b, &out)
+		out, err = internalapi.DecodeEvents(b, after)
+		return err
 	})
-	return out.Events, err
+	return out, err
 }
 
 // Ping checks that the origin answers its health route.

@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -21,59 +23,124 @@ func layoutOf(data string) *xorb.Layout {
 	return l
 }
 
-// encodeLayouts writes the /internal/v1/layouts answer format.
-func encodeLayouts(ls ...*xorb.Layout) []byte {
-	out := binary.LittleEndian.AppendUint32(nil, uint32(len(ls)))
-	for _, l := range ls {
-		b, _ := l.MarshalBinary()
-		out = append(out, l.Hash[:]...)
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		out = append(out, b...)
+// encodeLayouts writes the /internal/v1/layouts answer with the origin's encoder.
+func encodeLayouts(t *testing.T, ls ...*xorb.Layout) []byte {
+	t.Helper()
+	want := make([]hash.Hash, len(ls))
+	got := make(map[hash.Hash][]byte, len(ls))
+	for i, l := range ls {
+		b, err := l.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i], got[l.Hash] = l.Hash, b
+	}
+	out, err := internalapi.AppendLayouts(nil, want, got)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
 
-func TestParseLayouts(t *testing.T) {
-	a, b := layoutOf("a"), layoutOf("b")
-	want := map[hash.Hash]bool{a.Hash: true, b.Hash: true}
-	good := encodeLayouts(a, b)
-	got, err := parseLayouts(good, want)
-	if err != nil || len(got) != 2 || got[a.Hash].Hash != a.Hash {
+// fakeOrigin answers every request with its body and records the last request target.
+type fakeOrigin struct {
+	mu   sync.Mutex
+	body []byte
+	last string
+}
+
+func (o *fakeOrigin) set(b []byte) { o.mu.Lock(); o.body = b; o.mu.Unlock() }
+func (o *fakeOrigin) target() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.last
+}
+
+// serve starts o and returns a client of it.
+func (o *fakeOrigin) serve(t *testing.T) *Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.last = r.URL.RequestURI()
+		b := o.body
+		o.mu.Unlock()
+		w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(Options{BaseURL: srv.URL, Token: "t", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLayoutsAnswers: the client asks with the shared request target and decodes with the
+// shared strict decoder; every malformed answer is ErrUnavailable, never a partial result.
+func TestLayoutsAnswers(t *testing.T) {
+	a, b, c := layoutOf("a"), layoutOf("b"), layoutOf("c")
+	o := &fakeOrigin{}
+	cl := o.serve(t)
+	o.set(encodeLayouts(t, b, a))
+	got, err := cl.Layouts(context.Background(), []hash.Hash{a.Hash, b.Hash, c.Hash})
+	if err != nil || len(got) != 2 || got[a.Hash].Hash != a.Hash || got[b.Hash].Hash != b.Hash {
 		t.Fatalf("good answer: %v %v", got, err)
 	}
-	misnamed := encodeLayouts(a)
+	if want := internalapi.LayoutsTarget([]hash.Hash{a.Hash, b.Hash, c.Hash}); o.target() != want {
+		t.Fatalf("asked %s, want %s", o.target(), want)
+	}
+	good := encodeLayouts(t, a, b)
+	misnamed := encodeLayouts(t, a)
 	copy(misnamed[4:], b.Hash[:])
+	one := encodeLayouts(t, a)[4:]
+	repeated := append(binary.LittleEndian.AppendUint32(nil, 2), append(one, one...)...) // a's entry twice
 	for name, in := range map[string][]byte{
 		"empty":     nil,
 		"truncated": good[:len(good)-1],
 		"trailing":  append(append([]byte(nil), good...), 0),
-		"too many":  encodeLayouts(a, b, layoutOf("c")),
-		"unasked":   encodeLayouts(layoutOf("c")),
+		"too many":  encodeLayouts(t, a, b, c),
+		"unasked":   encodeLayouts(t, c),
 		"misnamed":  misnamed,
-		"huge len":  binary.LittleEndian.AppendUint32(append(binary.LittleEndian.AppendUint32(nil, 1), a.Hash[:]...), 1<<31),
+		"repeated":  repeated,
+		"oversized": append(append([]byte(nil), good...), make([]byte, internalapi.MaxLayoutsAnswer(2))...),
 	} {
-		if _, err := parseLayouts(in, want); err == nil {
-			t.Errorf("%s: accepted", name)
+		o.set(in)
+		if got, err := cl.Layouts(context.Background(), []hash.Hash{a.Hash, b.Hash}); !errors.Is(err, ErrUnavailable) || got != nil {
+			t.Errorf("%s: %v %v, want ErrUnavailable", name, got, err)
 		}
+	}
+	if _, err := cl.Layouts(context.Background(), make([]hash.Hash, MaxLayoutsPerCall+1)); err == nil {
+		t.Error("asked for more than MaxLayoutsPerCall")
+	}
+	if MaxLayoutsPerCall > internalapi.MaxLayoutsPerRequest {
+		t.Error("MaxLayoutsPerCall is above what the origin accepts")
 	}
 }
 
-func FuzzParseLayouts(f *testing.F) {
-	a, b := layoutOf("a"), layoutOf("bb")
-	f.Add(encodeLayouts(a, b))
-	f.Add(encodeLayouts(a))
-	f.Add([]byte{1, 0, 0, 0})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		got, err := parseLayouts(in, map[hash.Hash]bool{a.Hash: true, b.Hash: true})
-		if err != nil {
-			return
-		}
-		for h, l := range got {
-			if l.Hash != h || l.Verify() != nil {
-				t.Fatalf("accepted a layout that does not verify for %s", h)
-			}
-		}
-	})
+// TestEventsAnswers: events decode with the shared strict decoder, and a malformed answer
+// (here, a sequence number not after the one asked) is ErrUnavailable.
+func TestEventsAnswers(t *testing.T) {
+	f := hash.Chunk([]byte("f"))
+	evs := []Event{{Seq: 8, Scope: "s", Files: []hash.Hash{f}, At: time.Unix(1e9, 0)}, {Seq: 9, Scope: "t", At: time.Unix(1e9, 5)}}
+	enc, err := internalapi.AppendEvents(nil, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &fakeOrigin{body: enc}
+	cl := o.serve(t)
+	got, err := cl.Events(context.Background(), 7, 3*time.Second)
+	if err != nil || len(got) != 2 || got[0].Files[0] != f || got[1].Files != nil || !got[1].At.Equal(evs[1].At) {
+		t.Fatalf("events %+v %v", got, err)
+	}
+	if want := internalapi.EventsTarget(7, 3*time.Second); o.target() != want {
+		t.Fatalf("asked %s, want %s", o.target(), want)
+	}
+	if got, err := cl.Events(context.Background(), 8, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("replayed event accepted: %+v %v", got, err)
+	}
+	o.set([]byte(`{"events":null}`))
+	if got, err := cl.Events(context.Background(), 0, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("null events accepted: %+v %v", got, err)
+	}
 }
 
 func TestErrorsAreClassified(t *testing.T) {

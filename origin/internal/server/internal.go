@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,14 +12,13 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// The internal API serves edges (tokens with access "edge"). Formats are documented in
-// docs/origin.md.
-
-// maxLayoutsPerRequest bounds the h parameters of /internal/v1/layouts.
-const maxLayoutsPerRequest = 1024
+// The internal API serves edges (tokens with access "edge"). Its routes, parameters, limits and
+// formats are shared/internalapi's (docs/protocol.md §16.3); the edge's client uses the same
+// package.
 
 // eventsPoll is how often a waiting /internal/v1/events request asks the index again.
 const eventsPoll = 500 * time.Millisecond
@@ -31,11 +29,11 @@ const eventsPoll = 500 * time.Millisecond
 // ships the stored encoding as the index holds it (index.Raw, visibility checked in the same
 // lookup) instead of decoding and re-encoding the record.
 func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
-	h, err := pathHash(r, "hash")
+	h, err := pathHash(r, internalapi.PathValueHash)
 	if err != nil {
 		return err
 	}
-	scope := r.URL.Query().Get("scope")
+	scope := r.URL.Query().Get(internalapi.ParamScope)
 	if scope == "" {
 		return fmt.Errorf("%w: scope parameter is required", httpapi.ErrBadRequest)
 	}
@@ -54,14 +52,14 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 	return writeBinary(w, b)
 }
 
-// internalLayouts: GET /internal/v1/layouts?h=H&h=H… → u32 count, then per found xorb:
-// 32 raw hash bytes, u32 length, xorb.Layout.MarshalBinary bytes (little-endian). Missing
-// xorbs are left out. The encodings come from index.Raw when the index offers it (stored bytes,
-// or cached layouts encoded), so no layout is decoded for this route.
+// internalLayouts: GET /internal/v1/layouts?h=H&h=H… → the layouts answer
+// (internalapi.AppendLayouts): the found xorbs' binary layouts in request order, missing
+// xorbs left out, repeats answered once. The encodings come from index.Raw when the index
+// offers it (stored bytes, or cached layouts encoded), so no layout is decoded for this route.
 func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
-	hs := r.URL.Query()["h"]
-	if len(hs) == 0 || len(hs) > maxLayoutsPerRequest {
-		return fmt.Errorf("%w: want 1 to %d h parameters, got %d", httpapi.ErrBadRequest, maxLayoutsPerRequest, len(hs))
+	hs := r.URL.Query()[internalapi.ParamHash]
+	if len(hs) == 0 || len(hs) > internalapi.MaxLayoutsPerRequest {
+		return fmt.Errorf("%w: want 1 to %d h parameters, got %d", httpapi.ErrBadRequest, internalapi.MaxLayoutsPerRequest, len(hs))
 	}
 	want := make([]hash.Hash, len(hs))
 	for i, v := range hs {
@@ -74,21 +72,9 @@ func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	size := 4
-	for _, b := range got {
-		size += hash.Size + 4 + len(b)
-	}
-	out := make([]byte, 0, size)
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(got)))
-	for _, h := range want {
-		b, ok := got[h]
-		if !ok {
-			continue
-		}
-		delete(got, h) // duplicates in the request are answered once
-		out = append(out, h[:]...)
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		out = append(out, b...)
+	out, err := internalapi.AppendLayouts(nil, want, got)
+	if err != nil {
+		return err
 	}
 	return writeBinary(w, out)
 }
@@ -102,7 +88,7 @@ func (s *Server) layoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash
 // internalXorb: GET /internal/v1/xorbs/{hash} with an optional single Range → raw bytes of the
 // stored object (chunk area + footer), 206 for a range.
 func (s *Server) internalXorb(w http.ResponseWriter, r *http.Request) error {
-	h, err := pathHash(r, "hash")
+	h, err := pathHash(r, internalapi.PathValueHash)
 	if err != nil {
 		return err
 	}
@@ -142,27 +128,21 @@ func (s *Server) internalJWKS(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type eventJSON struct {
-	Seq   int64       `json:"seq"`
-	Scope string      `json:"scope"`
-	Files []hash.Hash `json:"files"` // null: every file of the scope
-	At    time.Time   `json:"at"`
-}
-
-// internalEvents: GET /internal/v1/events?after=N[&wait=SECONDS] → {"events":[…]} with the
-// visibility revocations after N. When there are none it waits up to wait seconds (at most
-// the configured limit, 30 s by default) for one before answering with an empty list.
+// internalEvents: GET /internal/v1/events?after=N[&wait=SECONDS] → {"events":[…]}
+// (internalapi.AppendEvents) with the visibility revocations after N. When there are none it
+// waits up to wait seconds (at most the configured limit, 30 s by default) for one before
+// answering with an empty list.
 func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	after, err := strconv.ParseInt(q.Get("after"), 10, 64)
-	if q.Get("after") == "" {
+	after, err := strconv.ParseInt(q.Get(internalapi.ParamAfter), 10, 64)
+	if q.Get(internalapi.ParamAfter) == "" {
 		after, err = 0, nil
 	}
 	if err != nil || after < 0 {
 		return fmt.Errorf("%w: after must be a sequence number", httpapi.ErrBadRequest)
 	}
 	wait := s.cfg.Limits.EventsWait.D()
-	if v := q.Get("wait"); v != "" {
+	if v := q.Get(internalapi.ParamWait); v != "" {
 		secs, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
 			return fmt.Errorf("%w: wait must be whole seconds", httpapi.ErrBadRequest)
@@ -180,13 +160,15 @@ func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if len(evs) > 0 {
-			out := make([]eventJSON, len(evs))
+			out := make([]internalapi.Event, len(evs))
 			for i, e := range evs {
-				out[i] = eventJSON{Seq: e.Seq, Scope: e.Scope, Files: e.Files, At: e.At.UTC()}
+				out[i] = internalapi.Event{Seq: e.Seq, Scope: e.Scope, Files: e.Files, At: e.At}
 			}
-			httpapi.WriteJSON(w, http.StatusOK, struct {
-				Events []eventJSON `json:"events"`
-			}{out})
+			b, err := internalapi.AppendEvents(nil, out)
+			if err != nil {
+				return err
+			}
+			httpapi.WriteRawJSON(w, http.StatusOK, b)
 			return nil
 		}
 		select {
@@ -197,7 +179,11 @@ func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-tick.C:
 			continue
 		}
-		httpapi.WriteRawJSON(w, http.StatusOK, []byte(`{"events":[]}`+"\n"))
+		b, err := internalapi.AppendEvents(nil, nil)
+		if err != nil {
+			return err
+		}
+		httpapi.WriteRawJSON(w, http.StatusOK, b)
 		return nil
 	}
 }

@@ -8,45 +8,36 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/wire"
 )
 
-// NDJSON frames of POST /v2/shards (xet-protocol.md §2.7).
-type frame struct {
-	Type      string  `json:"type"`
-	Verified  *uint64 `json:"verified,omitempty"`
-	Total     *uint64 `json:"total,omitempty"`
-	Stage     string  `json:"stage,omitempty"`
-	Result    *int    `json:"result,omitempty"`
-	Message   string  `json:"message,omitempty"`
-	Retryable *bool   `json:"retryable,omitempty"`
-}
-
-func encodeFrame(f frame) []byte {
+// NDJSON frames of POST /v2/shards (xet-protocol.md §2.7): the typed frames of shared/wire,
+// one JSON object and a newline each.
+func encodeFrame(f any) []byte {
 	b, _ := json.Marshal(f) // a frame always encodes
 	return append(b, '\n')
 }
 
 func progressFrame(p ingest.Progress) []byte {
 	if p.Stage == ingest.StageValidating {
-		v, t := p.Verified, p.Total
-		return encodeFrame(frame{Type: "validating", Verified: &v, Total: &t})
+		return encodeFrame(wire.Validating(p.Verified, p.Total))
 	}
-	return encodeFrame(frame{Type: "committing", Stage: p.Stage})
+	return encodeFrame(wire.Committing(p.Stage))
 }
 
 func resultFrame(inserted bool) []byte {
-	r := 0
+	r := wire.ShardExists
 	if inserted {
-		r = 1
+		r = wire.ShardSyncPerformed
 	}
-	return encodeFrame(frame{Type: "result", Result: &r})
+	return encodeFrame(wire.Result(r))
 }
 
 // errorFrame reports a failure after streaming started; the client re-uploads the shard when
 // retryable (server-side trouble), and gives up otherwise (the shard is bad).
 func errorFrame(err error, status int) []byte {
 	retry := status >= 500 || status == http.StatusRequestTimeout
-	return encodeFrame(frame{Type: "error", Message: httpapi.PublicMessage(status, err), Retryable: &retry})
+	return encodeFrame(wire.Error(httpapi.PublicMessage(status, err), retry))
 }
 
 type shardOutcome struct {

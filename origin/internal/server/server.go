@@ -30,6 +30,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -195,11 +196,11 @@ func (s *Server) routes() {
 	h("POST /v1/telemetry", auth.Read, s.telemetry)
 	h("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)
 	h("GET /api/{type}/{namespace}/{name}/{op}/{rev...}", open, s.hubToken)
-	h("GET /internal/v1/files/{hash}", auth.Edge, s.internalFile)
-	h("GET /internal/v1/layouts", auth.Edge, s.internalLayouts)
-	h("GET /internal/v1/xorbs/{hash}", auth.Edge, s.internalXorb)
-	h("GET /internal/v1/jwks", auth.Edge, s.internalJWKS)
-	h("GET /internal/v1/events", auth.Edge, s.internalEvents)
+	h("GET "+internalapi.FilesPattern, auth.Edge, s.internalFile)
+	h("GET "+internalapi.LayoutsPath, auth.Edge, s.internalLayouts)
+	h("GET "+internalapi.XorbsPattern, auth.Edge, s.internalXorb)
+	h("GET "+internalapi.JWKSPath, auth.Edge, s.internalJWKS)
+	h("GET "+internalapi.EventsPath, auth.Edge, s.internalEvents)
 	h("GET /healthz", open, s.healthz)
 	h("GET /readyz", open, s.readyz)
 	h("/", open, func(w http.ResponseWriter, r *http.Request) error {

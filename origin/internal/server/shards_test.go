@@ -148,6 +148,17 @@ func testShardUploadRejects(t *testing.T, b backend) {
 	}
 }
 
+// frame decodes any /v2/shards frame, with pointers to tell absent fields from zero ones.
+type frame struct {
+	Type      string  `json:"type"`
+	Verified  *uint64 `json:"verified"`
+	Total     *uint64 `json:"total"`
+	Stage     string  `json:"stage"`
+	Result    *int    `json:"result"`
+	Message   string  `json:"message"`
+	Retryable *bool   `json:"retryable"`
+}
+
 // readFrames reads an NDJSON answer to its end; every line must be a known frame and the last
 // one terminal.
 func readFrames(t *testing.T, resp *http.Response) []frame {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/wire"
 )
 
 // hubToken: GET /api/{models|datasets|spaces}/{namespace}/{name}/xet-{read|write}-token/{rev}
@@ -60,10 +61,6 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, struct {
-		CasURL      string `json:"casUrl"`
-		Exp         int64  `json:"exp"`
-		AccessToken string `json:"accessToken"`
-	}{casURL, exp.Unix(), tok})
+	httpapi.WriteJSON(w, http.StatusOK, wire.Token{CasURL: casURL, Exp: exp.Unix(), AccessToken: tok})
 	return nil
 }

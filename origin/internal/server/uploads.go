@@ -9,6 +9,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
@@ -66,9 +67,7 @@ func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, struct {
-		WasInserted bool `json:"was_inserted"`
-	}{inserted})
+	httpapi.WriteJSON(w, http.StatusOK, wire.UploadXorbResponse{WasInserted: inserted})
 	return nil
 }
 
@@ -106,13 +105,11 @@ func (s *Server) postShardV1(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res := 0
+	res := wire.ShardExists
 	if inserted {
-		res = 1
+		res = wire.ShardSyncPerformed
 	}
-	httpapi.WriteJSON(w, http.StatusOK, struct {
-		Result int `json:"result"`
-	}{res})
+	httpapi.WriteJSON(w, http.StatusOK, wire.UploadShardResponse{Result: res})
 	return nil
 }
 
