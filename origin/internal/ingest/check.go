@@ -13,9 +13,15 @@ import (
 // progressEvery is how many terms pass between two validating progress reports.
 const progressEvery = 4096
 
-// check runs the checks of xet-protocol.md §8.5 on a parsed shard against the stored layouts
-// and returns the encoded file records to register.
-func (s *Service) check(ctx context.Context, sh *shard.Shard, progress func(Progress)) ([]*recon.FileRecord, error) {
+// check runs the checks of xet-protocol.md §8.5 on a parsed shard against the stored layouts,
+// and the possession check (checkPossession) for scope, and returns the encoded file records
+// to register.
+//
+// Error texts returned to the client name what the shard claims (file, term, xorb hash, the
+// chunk range it gave) but never what is stored: no stored chunk count, size, or chunk hash,
+// and no hash computed from stored chunks. A writer may probe any xorb hash, so every such
+// detail would be a leak (docs/security.md, "What a hash grants").
+func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, progress func(Progress)) ([]*recon.FileRecord, error) {
 	var total, refs uint64
 	for i := range sh.Files {
 		f := &sh.Files[i]
@@ -37,6 +43,11 @@ func (s *Service) check(ctx context.Context, sh *shard.Shard, progress func(Prog
 	if err != nil {
 		return nil, err
 	}
+	// Before any comparison with the stored layouts, so that a shard naming a single-chunk
+	// xorb its scope does not hold learns nothing about it.
+	if err := s.checkPossession(ctx, scope, sh, layouts); err != nil {
+		return nil, err
+	}
 	for i := range sh.Xorbs {
 		if err := checkXorbBlock(&sh.Xorbs[i], layouts[sh.Xorbs[i].Hash]); err != nil {
 			return nil, err
@@ -49,7 +60,9 @@ func (s *Service) check(ctx context.Context, sh *shard.Shard, progress func(Prog
 		f := &sh.Files[i]
 		rec, err := recon.NewFileRecord(*f, layouts)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+			// recon's text names stored chunk counts and sizes: keep only the sentinel's
+			// meaning, with what the shard itself said.
+			return nil, termMismatch(f, firstBadTerm(f, layouts))
 		}
 		if leaves, err = checkFile(f, layouts, leaves[:0]); err != nil {
 			return nil, err
@@ -106,20 +119,91 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 	return out, nil
 }
 
+// checkPossession requires scope to hold (index.Index.Possessed: to have uploaded itself) every
+// single-chunk xorb the shard references, by a term or by a xorb block. A single-chunk xorb's
+// hash IS its chunk hash (the merkle root of one leaf), and xorb hashes are public (every
+// reconstruction answer and transfer URL carries them): the term verification hash and the
+// file hash of such a term follow from the xorb hash and the chunk's size, so the shard proves
+// nothing. A xorb of several chunks needs no record: its chunk hashes are never revealed raw
+// (the dedup route keys them), and the verification hash of any of its chunk ranges cannot be
+// derived from the xorb hash.
+//
+// A single-chunk xorb the scope does not hold is reported exactly as a missing one
+// (ErrMissingXorb with its hash), so the answer does not even tell that it is stored; the
+// client's remedy is the same: upload it.
+func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) error {
+	seen := make(map[hash.Hash]struct{})
+	var single []hash.Hash // in shard order, so the error names the first one
+	add := func(h hash.Hash) {
+		if _, ok := seen[h]; ok {
+			return
+		}
+		seen[h] = struct{}{}
+		if l := layouts[h]; l != nil && l.NumChunks() == 1 {
+			single = append(single, h)
+		}
+	}
+	for i := range sh.Xorbs {
+		add(sh.Xorbs[i].Hash)
+	}
+	for i := range sh.Files {
+		for _, t := range sh.Files[i].Terms {
+			add(t.Xorb)
+		}
+	}
+	for len(single) > 0 {
+		batch := single[:min(layoutBatch, len(single))]
+		single = single[len(batch):]
+		held, err := s.idx.Possessed(ctx, scope, batch)
+		if err != nil {
+			return fmt.Errorf("load possession: %w", err)
+		}
+		for _, h := range batch {
+			if !held[h] {
+				return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+			}
+		}
+	}
+	return nil
+}
+
 // checkXorbBlock requires a shard's xorb block to describe the stored xorb exactly (check 6).
+// Every disagreement gets the same text: which field differs, or from which chunk on, would
+// tell the stored layout piece by piece.
 func checkXorbBlock(x *shard.Xorb, l *xorb.Layout) error {
+	bad := fmt.Errorf("%w: xorb block %s (%d chunks, %d bytes) does not describe the stored xorb",
+		ErrRejected, x.Hash, len(x.Chunks), x.RawBytes)
 	if len(x.Chunks) != l.NumChunks() || x.RawBytes != l.RawLen() {
-		return fmt.Errorf("%w: xorb block %s lists %d chunks of %d bytes, stored xorb has %d of %d",
-			ErrRejected, x.Hash, len(x.Chunks), x.RawBytes, l.NumChunks(), l.RawLen())
+		return bad
 	}
 	var start uint32
 	for j, c := range x.Chunks {
 		if c.Hash != l.ChunkHashes[j] || c.RawStart != start || c.RawLen != l.RawEnds[j]-start {
-			return fmt.Errorf("%w: xorb block %s chunk %d disagrees with the stored xorb", ErrRejected, x.Hash, j)
+			return bad
 		}
 		start = l.RawEnds[j]
 	}
 	return nil
+}
+
+// termMismatch is the one error of a term that does not match its xorb, whatever differs
+// (range, byte count, verification hash): it repeats what the shard claimed and nothing stored.
+func termMismatch(f *shard.File, i int) error {
+	t := f.Terms[i]
+	return fmt.Errorf("%w: file %s term %d (chunks [%d,%d) of xorb %s, %d bytes) does not match the stored xorb",
+		ErrRejected, f.Hash, i, t.Start, t.End, t.Xorb, t.RawBytes)
+}
+
+// firstBadTerm returns the index of the first term of f whose range or byte count disagrees
+// with its layout (recon.NewFileRecord failed on it); every layout is present.
+func firstBadTerm(f *shard.File, layouts map[hash.Hash]*xorb.Layout) int {
+	for i, t := range f.Terms {
+		l := layouts[t.Xorb]
+		if l == nil || l.CheckRange(t.Start, t.End) != nil || l.RawRange(t.Start, t.End) != t.RawBytes {
+			return i
+		}
+	}
+	return 0
 }
 
 // checkFile checks verification hashes (check 4) and recomputes the file hash (check 5). The
@@ -135,8 +219,7 @@ func checkFile(f *shard.File, layouts map[hash.Hash]*xorb.Layout, leaves []hash.
 	for i, t := range f.Terms {
 		l := layouts[t.Xorb]
 		if f.Verification != nil && hash.Verification(l.ChunkHashes[t.Start:t.End]) != f.Verification[i] {
-			return leaves, fmt.Errorf("%w: file %s term %d: verification hash does not match xorb %s chunks [%d,%d)",
-				ErrRejected, f.Hash, i, t.Xorb, t.Start, t.End)
+			return leaves, termMismatch(f, i)
 		}
 		prev := uint32(0)
 		if t.Start > 0 {
@@ -147,8 +230,10 @@ func checkFile(f *shard.File, layouts map[hash.Hash]*xorb.Layout, leaves []hash.
 			prev = l.RawEnds[c]
 		}
 	}
-	if got := hash.File(leaves); got != f.Hash {
-		return leaves, fmt.Errorf("%w: file terms hash to %s, shard says %s", ErrRejected, got, f.Hash)
+	// The hash the terms give is not shown: it is computed from stored chunk hashes, and
+	// without verification entries (lenient mode) it would be all a shard needs.
+	if hash.File(leaves) != f.Hash {
+		return leaves, fmt.Errorf("%w: the terms of file %s do not hash to its file hash", ErrRejected, f.Hash)
 	}
 	return leaves, nil
 }

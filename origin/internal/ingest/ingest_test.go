@@ -59,17 +59,17 @@ func TestPutXorb(t *testing.T) {
 	svc, db, st := newService(t)
 	body, l, _ := oneXorbFile(t)
 	ctx := context.Background()
-	if _, err := svc.PutXorb(ctx, "other", l.Hash, body); !errors.Is(err, ErrBadPrefix) {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", "other", l.Hash, body); !errors.Is(err, ErrBadPrefix) {
 		t.Fatalf("bad prefix: %v", err)
 	}
-	if _, err := svc.PutXorb(ctx, Prefix, hash.Chunk([]byte("x")), body); !errors.Is(err, xorb.ErrHashMismatch) {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", Prefix, hash.Chunk([]byte("x")), body); !errors.Is(err, xorb.ErrHashMismatch) {
 		t.Fatalf("mismatch: %v", err)
 	}
 	if _, err := st.Stat(ctx, XorbKey(l.Hash)); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("rejected xorb stored: %v", err)
 	}
 	for i, want := range []bool{true, false} {
-		ins, err := svc.PutXorb(ctx, Prefix, l.Hash, body)
+		ins, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body)
 		if err != nil || ins != want {
 			t.Fatalf("put %d: inserted %v, %v", i, ins, err)
 		}
@@ -89,7 +89,7 @@ func TestRegisterShardProgress(t *testing.T) {
 	svc, db, st := newService(t)
 	body, l, s := oneXorbFile(t)
 	ctx := context.Background()
-	if _, err := svc.PutXorb(ctx, Prefix, l.Hash, body); err != nil {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body); err != nil {
 		t.Fatal(err)
 	}
 	big := *s

@@ -103,10 +103,18 @@ func New(o Options) *Service {
 
 // PutXorb validates body as the xorb h (xet-protocol.md §7.4) and stores it: the chunk area
 // plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
-// xorb was new; a xorb the index already has is not rewritten. Errors wrap ErrBadPrefix, the
-// xorb package's sentinels (bad body, ErrHashMismatch, ErrTooLarge), or the store's and index's.
-func (s *Service) PutXorb(ctx context.Context, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
+// xorb was new; a xorb the index already has is not rewritten. Once the xorb is stored (new or
+// not), it records that scope holds it (index.Index.RecordPossession), which RegisterShard
+// requires of scopes referencing single-chunk xorbs. Errors wrap ErrBadPrefix, the xorb
+// package's sentinels (bad body, ErrHashMismatch, ErrTooLarge), or the store's and index's.
+func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
 	defer func() { s.count(s.xorbs, inserted, err) }()
+	// Runs first of the defers: only a validated, stored xorb earns a possession record.
+	defer func() {
+		if err == nil {
+			err = s.recordPossession(ctx, scope, h)
+		}
+	}()
 	if prefix != Prefix {
 		return false, fmt.Errorf("%w: %q", ErrBadPrefix, prefix)
 	}
@@ -133,6 +141,13 @@ func (s *Service) PutXorb(ctx context.Context, prefix string, h hash.Hash, body 
 	}
 	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
 	return ins, nil
+}
+
+func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Hash) error {
+	if err := s.idx.RecordPossession(ctx, scope, h); err != nil {
+		return fmt.Errorf("xorb %s: %w", h, err)
+	}
+	return nil
 }
 
 func (s *Service) count(c *prometheus.CounterVec, inserted bool, err error) {
@@ -177,7 +192,7 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	if err != nil {
 		return false, err
 	}
-	files, err := s.check(ctx, sh, progress)
+	files, err := s.check(ctx, scope, sh, progress)
 	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return false, err
