@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	mrand "math/rand/v2"
 	"net/http"
@@ -65,7 +66,7 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 		// Everything the shard needs follows from the hash: a one-chunk xorb's hash is its
 		// chunk hash, the verification hash and the file hash derive from it and the size.
 		for _, withBlock := range []bool{false, true} {
-			claim := claimShard(leaked.Hash, size, withBlock)
+			claim := claimShard(leaked.Hash, size, withBlock, nil)
 			for _, path := range []string{"/v1/shards", "/v2/shards"} {
 				a, err := do("POST", o.base()+path, wB, claim)
 				if err != nil {
@@ -81,20 +82,51 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 				}
 			}
 		}
+		// A SHA-256 the attacker makes up proves nothing either.
+		made := hash.FromSHA256(sha256.Sum256(nil))
+		if st, body := call(t, "POST", o.base()+"/v1/shards", wB, claimShard(leaked.Hash, size, false, &made)); st != http.StatusBadRequest {
+			t.Fatalf("claim with a made-up SHA-256: %d %s", st, body)
+		}
 		if st, body := call(t, "GET", o.base()+"/v2/reconstructions/"+fOne.hash.String(), rB, nil); st != http.StatusNotFound {
 			t.Fatalf("B reads A's file after the claim: %d %s", st, body)
 		}
 		// The refusal is the very answer a never-stored xorb gets: it does not even confirm
 		// that the content is stored.
 		fake := hash.Chunk([]byte("never uploaded"))
-		_, got := call(t, "POST", o.base()+"/v1/shards", wB, claimShard(leaked.Hash, size, false))
-		_, want := call(t, "POST", o.base()+"/v1/shards", wB, claimShard(fake, size, false))
+		_, got := call(t, "POST", o.base()+"/v1/shards", wB, claimShard(leaked.Hash, size, false, nil))
+		_, want := call(t, "POST", o.base()+"/v1/shards", wB, claimShard(fake, size, false, nil))
 		if strings.ReplaceAll(string(got), leaked.Hash.String(), "H") != strings.ReplaceAll(string(want), fake.String(), "H") {
 			t.Errorf("refusal of a stored xorb %s differs from that of an unknown one %s", got, want)
 		}
 		if st, _ := call(t, "HEAD", o.base()+one.path(), rB, nil); st != http.StatusNotFound {
 			t.Errorf("HEAD of A's xorb with B's token: %d, want 404", st)
 		}
+	})
+
+	t.Run("proof by SHA-256", func(t *testing.T) {
+		// A client that dedups against its own cache (hf_xet) references the xorb without
+		// uploading it, and proves it holds the bytes with the file's SHA-256 (the shard's
+		// metadata extension), which no hash the origin reveals gives away.
+		const scopeC = "models/acme/mirror"
+		wC, rC := o.token(t, scopeC, "write"), o.token(t, scopeC, "read")
+		withSHA := func(sum hash.Hash) []byte {
+			sh, err := shard.Parse(fOne.shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh.Xorbs = nil
+			sh.Files[0].SHA256 = &sum
+			return sh.AppendUpload(nil)
+		}
+		wrong := hash.FromSHA256(sha256.Sum256(append([]byte("not "), fOne.data...)))
+		if st, body := call(t, "POST", o.base()+"/v1/shards", wC, withSHA(wrong)); st != http.StatusBadRequest || !strings.Contains(string(body), "missing_xorb") {
+			t.Fatalf("a wrong SHA-256: %d %s, want 400 missing_xorb", st, body)
+		}
+		right := hash.FromSHA256(sha256.Sum256(fOne.data))
+		if st, body := call(t, "POST", o.base()+"/v1/shards", wC, withSHA(right)); st != 200 {
+			t.Fatalf("the file's SHA-256: %d %s", st, body)
+		}
+		checkDownload(t, o.client(t, rC), fOne.hash, fOne.data)
 	})
 
 	t.Run("dedup answers", func(t *testing.T) {
@@ -152,7 +184,7 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 		// Wrong claims about A's multi-chunk xorb: the answers must not carry its stored
 		// size or chunk count (issue 9 item 8).
 		l := multi.layout
-		stored := []string{strconv.Itoa(int(l.RawLen())), " of " + strconv.Itoa(l.NumChunks())}
+		stored := []string{strconv.Itoa(int(l.RawLen())), strconv.Itoa(int(l.RawRange(0, 2))), " of " + strconv.Itoa(l.NumChunks())}
 		block := shard.Xorb{Hash: multi.hash, RawBytes: 1, Chunks: []shard.XorbChunk{{Hash: l.ChunkHashes[0], RawLen: 1}}}
 		wrongBlock := &shard.Shard{Xorbs: []shard.Xorb{block}}
 		wrongTerm := &shard.Shard{Files: []shard.File{{
@@ -179,12 +211,14 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 	})
 }
 
-// claimShard is the shard a writer builds from a single-chunk xorb's hash and size alone.
-func claimShard(x hash.Hash, size uint32, withBlock bool) []byte {
+// claimShard is the shard a writer builds from a single-chunk xorb's hash and size alone (and
+// the SHA-256 it claims for the file, if not nil).
+func claimShard(x hash.Hash, size uint32, withBlock bool, sha *hash.Hash) []byte {
 	f := shard.File{
 		Hash:         hash.File([]hash.Leaf{{Hash: x, Size: uint64(size)}}),
 		Terms:        []shard.Term{{Xorb: x, RawBytes: size, Start: 0, End: 1}},
 		Verification: []hash.Hash{hash.Verification([]hash.Hash{x})},
+		SHA256:       sha,
 	}
 	sh := &shard.Shard{Files: []shard.File{f}}
 	if withBlock {

@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"io"
 
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -119,18 +121,25 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 	return out, nil
 }
 
-// checkPossession requires scope to hold (index.Index.Possessed: to have uploaded itself) every
-// single-chunk xorb the shard references, by a term or by a xorb block. A single-chunk xorb's
-// hash IS its chunk hash (the merkle root of one leaf), and xorb hashes are public (every
-// reconstruction answer and transfer URL carries them): the term verification hash and the
-// file hash of such a term follow from the xorb hash and the chunk's size, so the shard proves
-// nothing. A xorb of several chunks needs no record: its chunk hashes are never revealed raw
-// (the dedup route keys them), and the verification hash of any of its chunk ranges cannot be
-// derived from the xorb hash.
+// checkPossession requires scope to hold every single-chunk xorb the shard references, by a term
+// or by a xorb block. A single-chunk xorb's hash IS its chunk hash (the merkle root of one leaf),
+// and xorb hashes are public (every reconstruction answer and transfer URL carries them): the
+// term verification hash and the file hash of such a term follow from the xorb hash and the
+// chunk's size, so the shard itself proves nothing. A xorb of several chunks needs no proof: its
+// chunk hashes are never revealed raw (the dedup route keys them), and neither the verification
+// hash of any of its chunk ranges nor a file hash over them follows from the xorb hash.
 //
-// A single-chunk xorb the scope does not hold is reported exactly as a missing one
-// (ErrMissingXorb with its hash), so the answer does not even tell that it is stored; the
-// client's remedy is the same: upload it.
+// Scope holds a single-chunk xorb when one of its writers uploaded it (index.Index.Possessed),
+// or, for a file made of that one chunk alone, when the shard gives the file's SHA-256 (the
+// metadata extension stock clients send) and it matches the stored chunk: only a holder of the
+// bytes can compute it. That second proof is what lets a client that dedups against its local
+// shard cache, without asking the origin, register a small file it uploaded to another scope
+// before (hf_xet does). Checking it reads the chunk from the object store, at most
+// maxProofBytes of them per shard.
+//
+// A single-chunk xorb scope does not hold is reported exactly as a missing one (ErrMissingXorb
+// with its hash), so the answer does not even tell that it is stored; the client's remedy is the
+// same: upload it.
 func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) error {
 	seen := make(map[hash.Hash]struct{})
 	var single []hash.Hash // in shard order, so the error names the first one
@@ -151,20 +160,101 @@ func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.S
 			add(t.Xorb)
 		}
 	}
-	for len(single) > 0 {
-		batch := single[:min(layoutBatch, len(single))]
-		single = single[len(batch):]
+	if len(single) == 0 {
+		return nil
+	}
+	var unheld []hash.Hash
+	for rest := single; len(rest) > 0; {
+		batch := rest[:min(layoutBatch, len(rest))]
+		rest = rest[len(batch):]
 		held, err := s.idx.Possessed(ctx, scope, batch)
 		if err != nil {
 			return fmt.Errorf("load possession: %w", err)
 		}
 		for _, h := range batch {
 			if !held[h] {
-				return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+				unheld = append(unheld, h)
 			}
 		}
 	}
+	if len(unheld) == 0 {
+		return nil
+	}
+	// Every reference to an unheld xorb must be a whole one-chunk file with its SHA-256.
+	claimed := make(map[hash.Hash]hash.Hash, len(unheld)) // xorb → the SHA-256 the shard gives
+	bad := make(map[hash.Hash]bool)
+	for _, h := range unheld {
+		claimed[h] = hash.Zero
+	}
+	for i := range sh.Xorbs {
+		if _, ok := claimed[sh.Xorbs[i].Hash]; ok {
+			bad[sh.Xorbs[i].Hash] = true // a xorb block carries no proof
+		}
+	}
+	for i := range sh.Files {
+		f := &sh.Files[i]
+		for _, t := range f.Terms {
+			if _, ok := claimed[t.Xorb]; !ok {
+				continue
+			}
+			switch {
+			case len(f.Terms) != 1 || f.SHA256 == nil || t.Start != 0 || t.End != 1:
+				bad[t.Xorb] = true
+			case claimed[t.Xorb] != hash.Zero && claimed[t.Xorb] != *f.SHA256:
+				bad[t.Xorb] = true
+			default:
+				claimed[t.Xorb] = *f.SHA256
+			}
+		}
+	}
+	budget := int64(maxProofBytes)
+	for _, h := range unheld {
+		if bad[h] {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+		}
+		l := layouts[h]
+		budget -= int64(l.StoredEnds[0])
+		if budget < 0 {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+		}
+		ok, err := s.sha256Matches(ctx, l, claimed[h])
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+		}
+	}
 	return nil
+}
+
+// maxProofBytes bounds the stored bytes one shard's SHA-256 proofs may read (checkPossession):
+// as much as one xorb upload, over 8,000 files under 8 KiB.
+const maxProofBytes = 64 << 20
+
+// sha256Matches reads the one chunk of the single-chunk xorb l from the object store and
+// reports whether its SHA-256, in the byte order shards carry, is want. A stored chunk that does
+// not decode to its hash does not match.
+func (s *Service) sha256Matches(ctx context.Context, l *xorb.Layout, want hash.Hash) (bool, error) {
+	n := int64(l.StoredEnds[0])
+	rc, err := s.objs.GetRange(ctx, XorbKey(l.Hash), 0, n)
+	if err != nil {
+		return false, fmt.Errorf("read xorb %s: %w", l.Hash, err)
+	}
+	defer rc.Close()
+	stored := make([]byte, n)
+	if _, err := io.ReadFull(rc, stored); err != nil {
+		return false, fmt.Errorf("read xorb %s: %w", l.Hash, err)
+	}
+	hdr, err := xorb.ParseChunkHeader(stored)
+	if err != nil {
+		return false, nil
+	}
+	raw, err := xorb.DecodeChunk(nil, hdr, stored[xorb.HeaderSize:])
+	if err != nil || hash.Chunk(raw) != l.Hash {
+		return false, nil
+	}
+	return hash.FromSHA256(sha256.Sum256(raw)) == want, nil
 }
 
 // checkXorbBlock requires a shard's xorb block to describe the stored xorb exactly (check 6).

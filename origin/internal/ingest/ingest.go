@@ -41,6 +41,8 @@ func ShardKey(h hash.Hash) string { return "shards/" + h.String() }
 type Objects interface {
 	// Put stores exactly size bytes from r under key, durably and atomically.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// GetRange returns the n bytes of key from offset off. The caller closes the reader.
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 }
 
 // Index is the part of the index ingest uses.
