@@ -12,6 +12,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // TestHashIsNoPossession is issue 9 item 2 against the binary: a writer of scope B that knows
@@ -127,6 +128,56 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 			t.Fatalf("the file's SHA-256: %d %s", st, body)
 		}
 		checkDownload(t, o.client(t, rC), fOne.hash, fOne.data)
+	})
+
+	t.Run("public chunk inside a larger xorb", func(t *testing.T) {
+		// The same small content also stored inside a xorb of several chunks (uploaded once
+		// alone, once packed with other files): its raw chunk hash is public (it is the
+		// single-chunk xorb's hash), so a term over exactly that chunk of the larger xorb is
+		// derivable from public hashes too.
+		const at = 2
+		b := xorb.NewBuilder(xorb.LZ4)
+		var chunks [][]byte
+		for i := range 5 {
+			raw := make([]byte, 3000+i)
+			if i == at {
+				raw = one.chunks[0]
+			} else {
+				for j := range raw {
+					raw[j] = byte(rng.IntN(256))
+				}
+			}
+			b.Add(raw, hash.Chunk(raw))
+			chunks = append(chunks, raw)
+		}
+		packed := xorbUp{chunks: chunks}
+		packed.body, packed.layout = b.Finish()
+		packed.hash = packed.layout.Hash
+		if st, body := call(t, "POST", o.base()+packed.path(), wA, packed.body); st != 200 {
+			t.Fatalf("A: POST packed xorb: %d %s", st, body)
+		}
+		if st, body := call(t, "POST", o.base()+"/v1/shards", wA, makeFile(packed).shard); st != 200 {
+			t.Fatalf("A: register packed file: %d %s", st, body)
+		}
+		claim := func(sha *hash.Hash) []byte {
+			f := shard.File{
+				Hash:         hash.File([]hash.Leaf{{Hash: leaked.Hash, Size: uint64(size)}}),
+				Terms:        []shard.Term{{Xorb: packed.hash, RawBytes: size, Start: at, End: at + 1}},
+				Verification: []hash.Hash{hash.Verification([]hash.Hash{leaked.Hash})},
+				SHA256:       sha,
+			}
+			return (&shard.Shard{Files: []shard.File{f}}).AppendUpload(nil)
+		}
+		if st, body := call(t, "POST", o.base()+"/v1/shards", wB, claim(nil)); st != http.StatusBadRequest || !strings.Contains(string(body), "missing_xorb") {
+			t.Fatalf("B claimed the public chunk inside A's larger xorb: %d %s", st, body)
+		}
+		// A holder of the bytes proves it with the file's SHA-256, read from inside the xorb.
+		const scopeD = "models/acme/packed-mirror"
+		right := hash.FromSHA256(sha256.Sum256(fOne.data))
+		if st, body := call(t, "POST", o.base()+"/v1/shards", o.token(t, scopeD, "write"), claim(&right)); st != 200 {
+			t.Fatalf("the file's SHA-256 over a range of a larger xorb: %d %s", st, body)
+		}
+		checkDownload(t, o.client(t, o.token(t, scopeD, "read")), fOne.hash, fOne.data)
 	})
 
 	t.Run("dedup answers", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
@@ -121,108 +122,179 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 	return out, nil
 }
 
-// checkPossession requires scope to hold every single-chunk xorb the shard references, by a term
-// or by a xorb block. A single-chunk xorb's hash IS its chunk hash (the merkle root of one leaf),
-// and xorb hashes are public (every reconstruction answer and transfer URL carries them): the
-// term verification hash and the file hash of such a term follow from the xorb hash and the
-// chunk's size, so the shard itself proves nothing. A xorb of several chunks needs no proof: its
-// chunk hashes are never revealed raw (the dedup route keys them), and neither the verification
-// hash of any of its chunk ranges nor a file hash over them follows from the xorb hash.
+// checkPossession requires scope to hold the bytes of every term whose verification hash and
+// file hash follow from public hashes (docs/security.md, "What a hash grants"). Xorb hashes are
+// public (every reconstruction answer and transfer URL carries them); raw chunk hashes are not
+// (the dedup route keys them), except one: a single-chunk xorb's hash IS its chunk hash (the
+// merkle root of one leaf). So a chunk is public when it is stored as a single-chunk xorb, and a
+// term is derivable when every chunk of its range is public: any term over a single-chunk xorb,
+// and a range of a xorb of several chunks all of which are also stored alone. A xorb block in the
+// shard's xorb section naming a single-chunk xorb counts as a reference too.
 //
-// Scope holds a single-chunk xorb when one of its writers uploaded it (index.Index.Possessed),
-// or, for a file made of that one chunk alone, when the shard gives the file's SHA-256 (the
-// metadata extension stock clients send) and it matches the stored chunk: only a holder of the
-// bytes can compute it. That second proof is what lets a client that dedups against its local
-// shard cache, without asking the origin, register a small file it uploaded to another scope
-// before (hf_xet does). Checking it reads the chunk from the object store, at most
-// maxProofBytes of them per shard.
+// Scope holds such a term's bytes when a writer of scope uploaded them (index.Index.Possessed):
+// the xorb the term is over, or every public chunk of its range as a single-chunk xorb. Failing
+// that, a file made of that one term proves it with its SHA-256 (the metadata extension stock
+// clients send), checked against the stored bytes: no hash the origin reveals gives it away.
+// That proof is what lets a client that dedups against its own shard cache (hf_xet) register a
+// small file it uploaded to another scope before. Checking it reads the range from the object
+// store, at most maxProofBytes per shard.
 //
-// A single-chunk xorb scope does not hold is reported exactly as a missing one (ErrMissingXorb
-// with its hash), so the answer does not even tell that it is stored; the client's remedy is the
-// same: upload it.
+// A term that fails is reported exactly as a missing xorb (ErrMissingXorb naming the public
+// chunk, which is the single-chunk xorb's hash), so the answer does not even tell that it is
+// stored; the client's remedy is the same: upload it. Only terms over xorbs scope did not upload
+// cost more than one batch of primary-key probes: one more probe per such term (its first chunk).
 func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) error {
-	seen := make(map[hash.Hash]struct{})
-	var single []hash.Hash // in shard order, so the error names the first one
-	add := func(h hash.Hash) {
-		if _, ok := seen[h]; ok {
-			return
-		}
-		seen[h] = struct{}{}
-		if l := layouts[h]; l != nil && l.NumChunks() == 1 {
-			single = append(single, h)
-		}
-	}
+	// Every referenced xorb scope uploaded, from one probe each.
+	var refs []hash.Hash
 	for i := range sh.Xorbs {
-		add(sh.Xorbs[i].Hash)
+		refs = append(refs, sh.Xorbs[i].Hash)
 	}
 	for i := range sh.Files {
 		for _, t := range sh.Files[i].Terms {
-			add(t.Xorb)
+			refs = append(refs, t.Xorb)
 		}
 	}
-	if len(single) == 0 {
-		return nil
-	}
-	var unheld []hash.Hash
-	for rest := single; len(rest) > 0; {
-		batch := rest[:min(layoutBatch, len(rest))]
-		rest = rest[len(batch):]
-		held, err := s.idx.Possessed(ctx, scope, batch)
-		if err != nil {
-			return fmt.Errorf("load possession: %w", err)
-		}
-		for _, h := range batch {
-			if !held[h] {
-				unheld = append(unheld, h)
-			}
-		}
-	}
-	if len(unheld) == 0 {
-		return nil
-	}
-	// Every reference to an unheld xorb must be a whole one-chunk file with its SHA-256.
-	claimed := make(map[hash.Hash]hash.Hash, len(unheld)) // xorb → the SHA-256 the shard gives
-	bad := make(map[hash.Hash]bool)
-	for _, h := range unheld {
-		claimed[h] = hash.Zero
+	held, err := s.possessed(ctx, scope, index.SortedUnique(refs))
+	if err != nil {
+		return err
 	}
 	for i := range sh.Xorbs {
-		if _, ok := claimed[sh.Xorbs[i].Hash]; ok {
-			bad[sh.Xorbs[i].Hash] = true // a xorb block carries no proof
+		if h := sh.Xorbs[i].Hash; layouts[h].NumChunks() == 1 && !held[h] {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, h) // a xorb block carries no proof
 		}
 	}
+	// Which chunks are public: the first chunk of every term over an unheld xorb, then, for the
+	// terms whose first chunk is, the rest of their range.
+	public := make(map[hash.Hash]bool)
+	lookup := func(pick func(t shard.Term, l *xorb.Layout) []hash.Hash) error {
+		var want []hash.Hash
+		for i := range sh.Files {
+			for _, t := range sh.Files[i].Terms {
+				if l := layouts[t.Xorb]; !held[t.Xorb] && l.NumChunks() > 1 && l.CheckRange(t.Start, t.End) == nil {
+					for _, c := range pick(t, l) {
+						if _, known := public[c]; !known {
+							want = append(want, c)
+						}
+					}
+				}
+			}
+		}
+		return s.lookupPublic(ctx, index.SortedUnique(want), public)
+	}
+	if err := lookup(func(t shard.Term, l *xorb.Layout) []hash.Hash { return l.ChunkHashes[t.Start : t.Start+1] }); err != nil {
+		return err
+	}
+	if err := lookup(func(t shard.Term, l *xorb.Layout) []hash.Hash {
+		if public[l.ChunkHashes[t.Start]] {
+			return l.ChunkHashes[t.Start:t.End]
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// The derivable terms over unheld xorbs, and the public chunks they need.
+	type derivable struct {
+		f *shard.File
+		t shard.Term
+	}
+	var terms []derivable
+	var chunks []hash.Hash
 	for i := range sh.Files {
 		f := &sh.Files[i]
 		for _, t := range f.Terms {
-			if _, ok := claimed[t.Xorb]; !ok {
+			l := layouts[t.Xorb]
+			if held[t.Xorb] {
 				continue
 			}
-			switch {
-			case len(f.Terms) != 1 || f.SHA256 == nil || t.Start != 0 || t.End != 1:
-				bad[t.Xorb] = true
-			case claimed[t.Xorb] != hash.Zero && claimed[t.Xorb] != *f.SHA256:
-				bad[t.Xorb] = true
-			default:
-				claimed[t.Xorb] = *f.SHA256
+			if l.NumChunks() == 1 {
+				if l.CheckRange(t.Start, t.End) != nil {
+					// Refused as missing, not as a bad range: that would tell it is stored.
+					return fmt.Errorf("%w: %s", ErrMissingXorb, t.Xorb)
+				}
+				terms = append(terms, derivable{f, t})
+				continue
+			}
+			if l.CheckRange(t.Start, t.End) != nil {
+				continue // refused later, by recon.NewFileRecord
+			}
+			all := true
+			for _, c := range l.ChunkHashes[t.Start:t.End] {
+				all = all && public[c]
+			}
+			if all {
+				terms = append(terms, derivable{f, t})
+				chunks = append(chunks, l.ChunkHashes[t.Start:t.End]...)
 			}
 		}
 	}
+	if len(terms) == 0 {
+		return nil
+	}
+	heldChunks, err := s.possessed(ctx, scope, index.SortedUnique(chunks))
+	if err != nil {
+		return err
+	}
 	budget := int64(maxProofBytes)
-	for _, h := range unheld {
-		if bad[h] {
-			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+	for _, d := range terms {
+		l := layouts[d.t.Xorb]
+		missing := hash.Zero
+		for _, c := range l.ChunkHashes[d.t.Start:d.t.End] {
+			if !held[c] && !heldChunks[c] {
+				missing = c
+				break
+			}
 		}
-		l := layouts[h]
-		budget -= int64(l.StoredEnds[0])
-		if budget < 0 {
-			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+		if missing == hash.Zero {
+			continue
 		}
-		ok, err := s.sha256Matches(ctx, l, claimed[h])
+		if len(d.f.Terms) != 1 || d.f.SHA256 == nil {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, missing)
+		}
+		bs, be := l.ByteRange(d.t.Start, d.t.End)
+		if budget -= int64(be - bs); budget < 0 {
+			return fmt.Errorf("%w: %s", ErrMissingXorb, missing)
+		}
+		ok, err := s.sha256Matches(ctx, l, d.t.Start, d.t.End, *d.f.SHA256)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s", ErrMissingXorb, h)
+			return fmt.Errorf("%w: %s", ErrMissingXorb, missing)
+		}
+	}
+	return nil
+}
+
+// possessed asks the index which of hs (sorted, unique) scope holds, in batches.
+func (s *Service) possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	out := make(map[hash.Hash]bool)
+	for len(hs) > 0 {
+		batch := hs[:min(layoutBatch, len(hs))]
+		hs = hs[len(batch):]
+		got, err := s.idx.Possessed(ctx, scope, batch)
+		if err != nil {
+			return nil, fmt.Errorf("load possession: %w", err)
+		}
+		for h := range got {
+			out[h] = true
+		}
+	}
+	return out, nil
+}
+
+// lookupPublic records in public, for each chunk hash of hs (sorted, unique), whether it is the
+// hash of a stored single-chunk xorb.
+func (s *Service) lookupPublic(ctx context.Context, hs []hash.Hash, public map[hash.Hash]bool) error {
+	for len(hs) > 0 {
+		batch := hs[:min(layoutBatch, len(hs))]
+		hs = hs[len(batch):]
+		got, err := s.idx.Layouts(ctx, batch)
+		if err != nil {
+			return fmt.Errorf("load layouts: %w", err)
+		}
+		for _, h := range batch {
+			l := got[h]
+			public[h] = l != nil && l.NumChunks() == 1
 		}
 	}
 	return nil
@@ -232,29 +304,37 @@ func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.S
 // as much as one xorb upload, over 8,000 files under 8 KiB.
 const maxProofBytes = 64 << 20
 
-// sha256Matches reads the one chunk of the single-chunk xorb l from the object store and
-// reports whether its SHA-256, in the byte order shards carry, is want. A stored chunk that does
-// not decode to its hash does not match.
-func (s *Service) sha256Matches(ctx context.Context, l *xorb.Layout, want hash.Hash) (bool, error) {
-	n := int64(l.StoredEnds[0])
-	rc, err := s.objs.GetRange(ctx, XorbKey(l.Hash), 0, n)
+// sha256Matches reads chunks [a, b) of xorb l from the object store and reports whether the
+// SHA-256 of their raw bytes, in the byte order shards carry, is want. Chunks that do not decode
+// to their hashes do not match.
+func (s *Service) sha256Matches(ctx context.Context, l *xorb.Layout, a, b uint32, want hash.Hash) (bool, error) {
+	bs, be := l.ByteRange(a, b)
+	rc, err := s.objs.GetRange(ctx, XorbKey(l.Hash), int64(bs), int64(be-bs))
 	if err != nil {
 		return false, fmt.Errorf("read xorb %s: %w", l.Hash, err)
 	}
 	defer rc.Close()
-	stored := make([]byte, n)
+	stored := make([]byte, be-bs)
 	if _, err := io.ReadFull(rc, stored); err != nil {
 		return false, fmt.Errorf("read xorb %s: %w", l.Hash, err)
 	}
-	hdr, err := xorb.ParseChunkHeader(stored)
-	if err != nil {
-		return false, nil
+	sum := sha256.New()
+	var d xorb.Decoder
+	var raw []byte
+	for c := a; c < b; c++ {
+		hdr, err := xorb.ParseChunkHeader(stored)
+		if err != nil || hdr.Size() > len(stored) {
+			return false, nil
+		}
+		if raw, err = d.DecodeChunk(raw[:0], hdr, stored[xorb.HeaderSize:hdr.Size()]); err != nil || hash.Chunk(raw) != l.ChunkHashes[c] {
+			return false, nil
+		}
+		sum.Write(raw)
+		stored = stored[hdr.Size():]
 	}
-	raw, err := xorb.DecodeChunk(nil, hdr, stored[xorb.HeaderSize:])
-	if err != nil || hash.Chunk(raw) != l.Hash {
-		return false, nil
-	}
-	return hash.FromSHA256(sha256.Sum256(raw)) == want, nil
+	var got [sha256.Size]byte
+	sum.Sum(got[:0])
+	return hash.FromSHA256(got) == want, nil
 }
 
 // checkXorbBlock requires a shard's xorb block to describe the stored xorb exactly (check 6).
