@@ -248,7 +248,15 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 			Terms:        []shard.Term{{Xorb: multi.hash, RawBytes: 1, Start: 0, End: 9999}},
 			Verification: []hash.Hash{hash.Chunk([]byte("v"))},
 		}}}
-		for name, sh := range map[string]*shard.Shard{"xorb block": wrongBlock, "term bytes": wrongTerm, "term range": outOfRange} {
+		// A right term under a wrong file hash: the answer must not give the hash the terms
+		// make (without verification entries it would be all a shard needs).
+		wrongHash := &shard.Shard{Files: []shard.File{{
+			Hash:         hash.Chunk([]byte("claimed")),
+			Terms:        []shard.Term{{Xorb: multi.hash, RawBytes: l.RawLen(), Start: 0, End: uint32(l.NumChunks())}},
+			Verification: []hash.Hash{hash.Verification(l.ChunkHashes)},
+		}}}
+		stored = append(stored, fMulti.hash.String())
+		for name, sh := range map[string]*shard.Shard{"xorb block": wrongBlock, "term bytes": wrongTerm, "term range": outOfRange, "file hash": wrongHash} {
 			st, body := call(t, "POST", o.base()+"/v1/shards", wB, sh.AppendUpload(nil))
 			if st != http.StatusBadRequest {
 				t.Errorf("%s: status %d, want 400: %s", name, st, body)
