@@ -16,7 +16,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-func newService(t *testing.T) (*Service, index.Index, objstore.ObjectStore) {
+func newService(t testing.TB) (*Service, index.Index, objstore.ObjectStore) {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "i.db")})
