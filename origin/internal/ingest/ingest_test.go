@@ -68,10 +68,22 @@ func TestPutXorb(t *testing.T) {
 	if _, err := st.Stat(ctx, XorbKey(l.Hash)); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("rejected xorb stored: %v", err)
 	}
+	if held, err := db.Possessed(ctx, "models/acme/a", []hash.Hash{l.Hash}); err != nil || len(held) != 0 {
+		t.Fatalf("a rejected upload recorded possession: %v %v", held, err)
+	}
 	for i, want := range []bool{true, false} {
 		ins, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body)
 		if err != nil || ins != want {
 			t.Fatalf("put %d: inserted %v, %v", i, ins, err)
+		}
+	}
+	// Possession is recorded for the new upload and for the one that found the xorb stored.
+	if _, err := svc.PutXorb(ctx, "models/acme/b", Prefix, l.Hash, body); err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"models/acme/a", "models/acme/b"} {
+		if held, err := db.Possessed(ctx, scope, []hash.Hash{l.Hash}); err != nil || !held[l.Hash] {
+			t.Fatalf("possession of %s: %v %v", scope, held, err)
 		}
 	}
 	size, err := db.XorbSize(ctx, l.Hash)
