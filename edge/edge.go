@@ -128,7 +128,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits)
 	go func() {
 		defer close(e.done)
-		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), server.AdminHandler(reg), cfg.Limits.ShutdownGrace.D())
+		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D())
 		stopBG()
 		// The servers have stopped: nothing uses the caches any more.
 		meta.Close()

@@ -45,7 +45,7 @@ func TestRevoke(t *testing.T) {
 
 	body, _ := json.Marshal(map[string]any{"scope": scope, "files": []string{f.hash.String()}})
 	start := time.Now()
-	st, ans := call(t, "POST", admin+"/admin/v1/hide", "", body)
+	st, ans := call(t, "POST", admin+"/admin/v1/hide", o.token(t, "", "admin"), body)
 	if st != 200 {
 		t.Fatalf("hide: %d %s", st, ans)
 	}

@@ -64,7 +64,7 @@ func MintToken(args []string, stdout, stderr io.Writer) error {
 	dataDir := fs.String("data-dir", "", "the origin's data directory")
 	keyDir := fs.String("key-dir", "", "key directory (default DATA-DIR/keys)")
 	scope := fs.String("scope", "", "repository the token is for, e.g. models/acme/llama")
-	access := fs.String("access", "", "read | write | edge")
+	access := fs.String("access", "", "read | write | edge | admin")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,8 +80,8 @@ func MintToken(args []string, stdout, stderr io.Writer) error {
 	if *dataDir == "" && *keyDir == "" {
 		problems = append(problems, errors.New("--data-dir is required"))
 	}
-	if *scope == "" && a != auth.Edge {
-		problems = append(problems, errors.New("--scope is required"))
+	if *scope == "" && a.Client() {
+		problems = append(problems, errors.New("--scope is required for read and write tokens"))
 	}
 	if *ttl <= 0 {
 		problems = append(problems, errors.New("--ttl must be positive"))

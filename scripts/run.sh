@@ -67,5 +67,6 @@ else
 	log "edge:   not built yet (no bin/xet-edge); running the origin alone"
 fi
 log "tokens: $BIN/xet-origin token --data-dir $DATA/origin --scope models/acme/demo --access write"
+log "admin (pprof, POST /admin/v1/hide): $BIN/xet-origin token --data-dir $DATA/origin --access admin --ttl 1h"
 log "Ctrl-C stops everything"
 wait -n

@@ -14,7 +14,9 @@ import (
 )
 
 // TestServeDrainRestart runs the real binary with the fixed command line: /healthz answers on
-// every listener, SIGTERM drains it to exit 0, and the self-signed certificate survives a restart.
+// every listener, the admin listener serves /metrics to anyone but pprof only to an admin token
+// (an address without a host binds loopback), SIGTERM drains it to exit 0, and the self-signed
+// certificate survives a restart.
 func TestServeDrainRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs binaries")
@@ -28,7 +30,9 @@ func TestServeDrainRestart(t *testing.T) {
 	tok := testenv.Run(t, origin, "token", "--data-dir", odir, "--scope", "edge", "--access", "edge")
 	listen, plain, admin := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	args := []string{"--origin", "http://" + oaddr, "--origin-token", tok,
-		"--data-dir", edir, "--listen", listen, "--http-listen", plain, "--admin-listen", admin, "--permits", "4"}
+		"--data-dir", edir, "--listen", listen, "--http-listen", plain, "--admin-listen", strings.TrimPrefix(admin, "127.0.0.1"),
+		"--permits", "4"}
+	adminTok := testenv.Run(t, origin, "token", "--data-dir", odir, "--access", "admin")
 	client := &http.Client{Timeout: 10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	var certs [2][]byte
@@ -47,6 +51,23 @@ func TestServeDrainRestart(t *testing.T) {
 			}
 			if strings.HasSuffix(u, "/metrics") && !strings.Contains(string(b), `xet_edge_fallbacks_total{reason="no_permit"}`) {
 				t.Errorf("run %d: /metrics has no fallback counter", run)
+			}
+		}
+		for _, c := range []struct {
+			tok    string
+			status int
+		}{{"", 401}, {tok, 403}, {adminTok, 200}} {
+			req, _ := http.NewRequest("GET", "http://"+admin+"/debug/pprof/cmdline", nil)
+			if c.tok != "" {
+				req.Header.Set("Authorization", "Bearer "+c.tok)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("run %d: pprof: %v", run, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Errorf("run %d: pprof with token %.10q: %d, want %d", run, c.tok, resp.StatusCode, c.status)
 			}
 		}
 		var err error

@@ -2,7 +2,7 @@
 // store, reconstruction, tokens, internal API for edges).
 //
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
-//	xet-origin token --data-dir DIR --scope REPO --access read|write|edge [--ttl DURATION]
+//	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
 // local-disk objects under DIR). SIGINT or SIGTERM drain it gracefully. See docs/origin.md.

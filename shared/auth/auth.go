@@ -6,7 +6,8 @@
 // keeps no package state; every type is safe for concurrent use once built.
 //
 // Access levels: write ⊇ read. edge is the credential an edge uses for the origin's internal API;
-// it also reads any scope. Errors wrap one of the sentinels below: ErrMissing, ErrMalformed,
+// it also reads any scope. admin is the operator's credential for the admin listeners (pprof,
+// visibility revocation); it grants nothing on the data routes. docs/security.md has the model. Errors wrap one of the sentinels below: ErrMissing, ErrMalformed,
 // ErrExpired, ErrBadSignature and ErrUnknownKey mean "not authenticated" (HTTP 401),
 // ErrInsufficient means "authenticated but not allowed" (HTTP 403).
 package auth
@@ -47,16 +48,21 @@ const (
 	Read  Access = "read"
 	Write Access = "write" // implies Read
 	Edge  Access = "edge"  // the edge's credential for the internal API; implies Read in any scope
+	Admin Access = "admin" // the operator's credential for the admin listeners; nothing else
 )
 
-// ParseAccess accepts exactly "read", "write" or "edge".
+// ParseAccess accepts exactly "read", "write", "edge" or "admin".
 func ParseAccess(s string) (Access, error) {
 	switch a := Access(s); a {
-	case Read, Write, Edge:
+	case Read, Write, Edge, Admin:
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: access %q is not read, write or edge", ErrMalformed, s)
+	return "", fmt.Errorf("%w: access %q is not read, write, edge or admin", ErrMalformed, s)
 }
+
+// Client reports whether a is a client's access (read or write in one scope), the only kind
+// that may be exchanged for other client tokens on the Hub-compatible token route.
+func (a Access) Client() bool { return a == Read || a == Write }
 
 // Covers reports whether a token with access a may do something that needs access need.
 func (a Access) Covers(need Access) bool {
@@ -67,6 +73,8 @@ func (a Access) Covers(need Access) bool {
 		return a == Write
 	case Edge:
 		return a == Edge
+	case Admin:
+		return a == Admin
 	}
 	return false
 }

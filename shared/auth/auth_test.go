@@ -43,12 +43,27 @@ func TestCovers(t *testing.T) {
 	}{
 		{Read, Read, true}, {Read, Write, false}, {Read, Edge, false},
 		{Write, Read, true}, {Write, Write, true}, {Write, Edge, false},
-		{Edge, Read, true}, {Edge, Write, false}, {Edge, Edge, true},
-		{"", Read, false}, {"admin", Read, false},
+		{Edge, Read, true}, {Edge, Write, false}, {Edge, Edge, true}, {Edge, Admin, false},
+		{Admin, Read, false}, {Admin, Write, false}, {Admin, Edge, false}, {Admin, Admin, true},
+		{Read, Admin, false}, {Write, Admin, false},
+		{"", Read, false}, {"", Admin, false}, {"root", Admin, false},
 	}
 	for _, tc := range tests {
 		if got := tc.have.Covers(tc.need); got != tc.want {
 			t.Errorf("%q.Covers(%q) = %v, want %v", tc.have, tc.need, got, tc.want)
+		}
+	}
+}
+
+func TestClientAccess(t *testing.T) {
+	for a, want := range map[Access]bool{Read: true, Write: true, Edge: false, Admin: false, "": false} {
+		if a.Client() != want {
+			t.Errorf("%q.Client() = %v", a, !want)
+		}
+	}
+	for _, s := range []string{"read", "write", "edge", "admin"} {
+		if a, err := ParseAccess(s); err != nil || string(a) != s {
+			t.Errorf("ParseAccess(%q) = %q, %v", s, a, err)
 		}
 	}
 }
@@ -68,6 +83,7 @@ func TestAllow(t *testing.T) {
 		{"write other scope", Claims{Scope: "a", Access: Write}, "b", Write, false},
 		{"edge reads any scope", Claims{Scope: "", Access: Edge}, "b", Read, true},
 		{"edge cannot write", Claims{Scope: "b", Access: Edge}, "b", Write, false},
+		{"admin reads nothing", Claims{Scope: "b", Access: Admin}, "b", Read, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,7 +139,7 @@ func TestVerifyRejects(t *testing.T) {
 		RegisteredClaims: jwt.RegisteredClaims{IssuedAt: jwt.NewNumericDate(now)}})
 	noExp.Header["kid"] = k1.ID
 	noExpTok, _ := noExp.SignedString(k1.Private)
-	badAccess := jwt.NewWithClaims(jwt.SigningMethodEdDSA, &Claims{Scope: "s", Access: "admin",
+	badAccess := jwt.NewWithClaims(jwt.SigningMethodEdDSA, &Claims{Scope: "s", Access: "root",
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), IssuedAt: jwt.NewNumericDate(now)}})
 	badAccess.Header["kid"] = k1.ID
 	badAccessTok, _ := badAccess.SignedString(k1.Private)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
@@ -123,18 +124,31 @@ func (e *Errors) Status(err error) (status int, code string) {
 	return http.StatusInternalServerError, "internal"
 }
 
-// Write answers err as {"error": message, "code": code}. 503 answers carry Retry-After. A 500's
-// message is generic (details go to the log, with the request id), so internals never leak.
+// Write answers err as {"error": message, "code": code}. 503 answers carry Retry-After.
+//
+// The message tells the client what was wrong with its request, never what the server holds:
+// only the statuses of detailedStatus (400, 401, 403, 405, 408, 413, 429: a malformed request, a
+// missing or insufficient token, a body too big or too slow, too many requests) carry err's text, which describes
+// the request itself. Every other status gets the fixed text of publicMessage — no driver
+// error (`sql: no rows in result set`), internal route, scope, object key or stored size
+// reaches a client through a 404, 416 or 5xx — and the detail goes to the log with the request
+// id (500s at error level, other 5xx at warn, the rest at debug: 404s are routine).
 // Write must be called before anything else was written to w.
 func (e *Errors) Write(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := e.Status(err)
-	msg := err.Error()
-	switch status {
-	case http.StatusInternalServerError:
-		e.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path,
-			"request_id", RequestID(r.Context()), "err", err)
-		msg = "internal error"
-	case http.StatusServiceUnavailable:
+	msg := PublicMessage(status, err)
+	if !detailedStatus(status) {
+		level := slog.LevelDebug
+		switch {
+		case status == http.StatusInternalServerError:
+			level = slog.LevelError
+		case status >= 500:
+			level = slog.LevelWarn
+		}
+		e.log.Log(r.Context(), level, "request failed", "status", status, "code", code, "method", r.Method,
+			"path", r.URL.Path, "request_id", RequestID(r.Context()), "err", err)
+	}
+	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", e.retryAfter)
 	}
 	if status == http.StatusRequestTimeout || status == http.StatusRequestEntityTooLarge {
@@ -142,6 +156,49 @@ func (e *Errors) Write(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Connection", "close")
 	}
 	WriteJSON(w, status, ErrorBody{Error: msg, Code: code})
+}
+
+// detailedStatus reports whether an answer with status may carry the error's own text: the
+// statuses whose errors describe the client's request (its syntax, its token, its size or
+// pace), not the server's state.
+func detailedStatus(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
+		http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge,
+		http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// PublicMessage is the message a client may see for err answered with status: err's text for
+// the statuses whose errors describe the request (400, 401, 403, 405, 408, 413, 429), a fixed text
+// for every other status. Streams that report errors after their answer started (NDJSON
+// frames) use it too; the caller logs the detail.
+func PublicMessage(status int, err error) string {
+	if detailedStatus(status) {
+		return err.Error()
+	}
+	switch status {
+	case http.StatusNotFound:
+		return "not found"
+	case http.StatusRequestedRangeNotSatisfiable:
+		return "range not satisfiable"
+	case 499:
+		return "client closed the request"
+	case http.StatusInternalServerError:
+		return "internal error"
+	case http.StatusBadGateway:
+		return "bad gateway: the origin failed; retry later"
+	case http.StatusServiceUnavailable:
+		return "service unavailable"
+	case http.StatusGatewayTimeout:
+		return "gateway timeout: the origin did not answer in time; retry later"
+	}
+	if t := http.StatusText(status); t != "" {
+		return strings.ToLower(t)
+	}
+	return "error"
 }
 
 // ErrorBody is the JSON body of every error answer.

@@ -68,17 +68,28 @@ func TestStatus(t *testing.T) {
 
 func TestWrite(t *testing.T) {
 	var logBuf bytes.Buffer
-	e := NewErrors(ErrorsOptions{Log: slog.New(slog.NewJSONHandler(&logBuf, nil)), RetryAfter: 1500 * time.Millisecond})
+	e := NewErrors(ErrorsOptions{Log: slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		RetryAfter: 1500 * time.Millisecond, Extra: []Rule{{errTier, http.StatusServiceUnavailable, "store_down"},
+			{errGateway, http.StatusBadGateway, "origin_unavailable"}}})
 	tests := []struct {
 		err        error
 		status     int
 		retryAfter string
 		msg        string
-		logged     bool
+		logged     bool // the error's text is in the log
 	}{
 		{fmt.Errorf("%w: prefix %q", ErrBadRequest, "x"), 400, "", `bad request: prefix "x"`, false},
-		{ErrUnavailable, 503, "2", "service unavailable", false},
+		{fmt.Errorf("%w: token is for scope %q, not %q", auth.ErrInsufficient, "a/b", "c/d"), 403, "",
+			`auth: insufficient access: token is for scope "a/b", not "c/d"`, false},
+		{ErrUnavailable, 503, "2", "service unavailable", true},
 		{errors.New("secret internals"), 500, "", "internal error", true},
+		// What a driver, a store or the origin says about the server's state stays in the log.
+		{fmt.Errorf("file %s: %w: %w", "abc", ErrNotFound, errors.New("sql: no rows in result set")), 404, "", "not found", true},
+		{fmt.Errorf("%w: HEAD /internal/v1/files/abc?scope=models%%2Fa%%2Fb", ErrNotFound), 404, "", "not found", true},
+		{fmt.Errorf("get xorbs/default/abc: %w: [0, 9) of 8 bytes", ErrRangeNotSatisfiable), 416, "", "range not satisfiable", true},
+		{fmt.Errorf("index: %w: dial tcp 10.0.0.5:5432: refused", errTier), 503, "2", "service unavailable", true},
+		{fmt.Errorf("%w: GET /internal/v1/layouts?h=abc: status 500", errGateway), 502, "",
+			"bad gateway: the origin failed; retry later", true},
 	}
 	for _, tc := range tests {
 		logBuf.Reset()
@@ -92,13 +103,21 @@ func TestWrite(t *testing.T) {
 		}
 		var body ErrorBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error != tc.msg || body.Code == "" {
-			t.Errorf("%v: body %q (%v)", tc.err, rec.Body.String(), err)
+			t.Errorf("%v: body %q (%v), want message %q", tc.err, rec.Body.String(), err, tc.msg)
 		}
-		if got := strings.Contains(logBuf.String(), "secret internals"); got != tc.logged {
-			t.Errorf("%v: logged = %v", tc.err, got)
+		var logged struct{ Err string }
+		if tc.logged {
+			if err := json.Unmarshal(logBuf.Bytes(), &logged); err != nil {
+				t.Errorf("%v: log %q: %v", tc.err, logBuf.String(), err)
+			}
+		}
+		if got := logged.Err == tc.err.Error(); got != tc.logged {
+			t.Errorf("%v: logged = %v (log %q)", tc.err, got, logBuf.String())
 		}
 	}
 }
+
+var errGateway = errors.New("origin: unavailable")
 
 func TestRequestID(t *testing.T) {
 	var seen string

@@ -12,8 +12,10 @@
 package httprange
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -129,6 +131,73 @@ func ResolveAll(rs []Range, size uint64) ([]ByteRange, error) {
 		return nil, fmt.Errorf("%w: none of %d ranges overlaps %d bytes", ErrUnsatisfiable, len(rs), size)
 	}
 	return out, nil
+}
+
+// Coalesce merges the ranges of rs that overlap or touch (RFC 9110 §14.6 lets a server
+// coalesce them), so that no byte is sent twice. Each merged range takes the place of the first
+// range of rs it absorbed; ranges merged with none keep their order, as a client that asked
+// for disjoint ranges expects one part per range, in request order. When nothing merges, rs
+// itself is returned; otherwise a new slice, rs unchanged. O(n log n).
+func Coalesce(rs []ByteRange) []ByteRange {
+	if disjoint(rs) {
+		return rs
+	}
+	// Sort positions by start, merge runs that overlap or touch, and remember for each merged
+	// range the first position it absorbed.
+	type group struct {
+		r     ByteRange
+		first int
+	}
+	idx := make([]int, len(rs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(rs[a].Start, rs[b].Start) })
+	gs := make([]group, 0, len(rs))
+	for _, i := range idx {
+		r := rs[i]
+		if n := len(gs); n > 0 && (gs[n-1].r.End == MaxEnd || r.Start <= gs[n-1].r.End+1) {
+			g := &gs[n-1]
+			g.r.End = max(g.r.End, r.End)
+			g.first = min(g.first, i)
+			continue
+		}
+		gs = append(gs, group{r: r, first: i})
+	}
+	slices.SortFunc(gs, func(a, b group) int { return cmp.Compare(a.first, b.first) })
+	out := make([]ByteRange, len(gs))
+	for i, g := range gs {
+		out[i] = g.r
+	}
+	return out
+}
+
+// MaxEnd is the largest End a ByteRange can have.
+const MaxEnd = ^uint64(0)
+
+// disjoint reports whether no two ranges of rs overlap or touch. Lists of up to 16 ranges are
+// compared pairwise (no allocation); longer ones are sorted first.
+func disjoint(rs []ByteRange) bool {
+	apart := func(a, b ByteRange) bool {
+		return (a.End != MaxEnd && a.End+1 < b.Start) || (b.End != MaxEnd && b.End+1 < a.Start)
+	}
+	if len(rs) <= 16 {
+		for i := range rs {
+			for j := i + 1; j < len(rs); j++ {
+				if !apart(rs[i], rs[j]) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	s := slices.SortedFunc(slices.Values(rs), func(a, b ByteRange) int { return cmp.Compare(a.Start, b.Start) })
+	for i := 1; i < len(s); i++ {
+		if !apart(s[i-1], s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Parse parses a Range header value such as "bytes=0-99,200-". Whitespace around range-specs

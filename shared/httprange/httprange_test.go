@@ -3,6 +3,7 @@ package httprange
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,7 +171,105 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("resolve %v gave %v", r, br)
 			}
 		}
+		// Whatever was asked, the coalesced parts of the resolved ranges cover exactly the same
+		// bytes, each once.
+		if brs, err := ResolveAll(rs, 1000); err == nil {
+			checkCoalesced(t, brs, Coalesce(brs))
+		}
 	})
+}
+
+// checkCoalesced fails unless parts is a valid coalescing of rs: the same bytes, no two parts
+// overlapping or touching, each part in the place of the first range it absorbed, and rs itself
+// when nothing merged.
+func checkCoalesced(t *testing.T, rs, parts []ByteRange) {
+	t.Helper()
+	covers := func(list []ByteRange, b uint64) bool {
+		for _, r := range list {
+			if r.Start <= b && b <= r.End {
+				return true
+			}
+		}
+		return false
+	}
+	var edges []uint64 // enough points to compare two unions of closed ranges
+	for _, r := range append(slices.Clone(rs), parts...) {
+		edges = append(edges, r.Start, r.End)
+		if r.Start > 0 {
+			edges = append(edges, r.Start-1)
+		}
+		if r.End < MaxEnd {
+			edges = append(edges, r.End+1)
+		}
+	}
+	for _, b := range edges {
+		if covers(rs, b) != covers(parts, b) {
+			t.Fatalf("byte %d: in %v is %t, in the parts %v %t", b, rs, covers(rs, b), parts, covers(parts, b))
+		}
+	}
+	for i := range parts {
+		for j := i + 1; j < len(parts); j++ {
+			a, b := parts[i], parts[j]
+			if !(a.End+1 < b.Start || b.End+1 < a.Start) {
+				t.Fatalf("parts %v and %v overlap or touch: %v", a, b, parts)
+			}
+		}
+	}
+	// Part order follows the first range of rs inside each part.
+	first := func(p ByteRange) int {
+		return slices.IndexFunc(rs, func(r ByteRange) bool { return p.Contains(r) })
+	}
+	for i := 1; i < len(parts); i++ {
+		if first(parts[i-1]) >= first(parts[i]) {
+			t.Fatalf("parts %v are not in the order of %v", parts, rs)
+		}
+	}
+	if len(parts) == len(rs) && !reflect.DeepEqual(parts, rs) {
+		t.Fatalf("nothing merged, yet %v became %v", rs, parts)
+	}
+}
+
+func TestCoalesce(t *testing.T) {
+	br := func(s, e uint64) ByteRange { return ByteRange{s, e} }
+	many := make([]ByteRange, 200)
+	for i := range many {
+		many[i] = br(0, 3<<20-1)
+	}
+	ladder := make([]ByteRange, 40) // 40 ranges, overlapping pairwise, given in reverse
+	for i := range ladder {
+		ladder[i] = br(uint64(39-i)*10, uint64(39-i)*10+15)
+	}
+	tests := []struct {
+		name string
+		in   []ByteRange
+		want []ByteRange
+	}{
+		{"one", []ByteRange{br(5, 9)}, []ByteRange{br(5, 9)}},
+		{"disjoint in order", []ByteRange{br(0, 9), br(20, 29)}, []ByteRange{br(0, 9), br(20, 29)}},
+		{"disjoint out of order kept", []ByteRange{br(20, 29), br(0, 9)}, []ByteRange{br(20, 29), br(0, 9)}},
+		{"200 times the full span", many, []ByteRange{br(0, 3<<20-1)}},
+		{"adjacent", []ByteRange{br(0, 9), br(10, 19)}, []ByteRange{br(0, 19)}},
+		{"gap of one byte kept", []ByteRange{br(0, 9), br(11, 19)}, []ByteRange{br(0, 9), br(11, 19)}},
+		{"contained", []ByteRange{br(0, 99), br(10, 19)}, []ByteRange{br(0, 99)}},
+		{"merged part takes the first place", []ByteRange{br(50, 59), br(0, 9), br(55, 70)}, []ByteRange{br(50, 70), br(0, 9)}},
+		{"chain out of order", []ByteRange{br(20, 29), br(40, 49), br(0, 9), br(10, 25), br(30, 39)}, []ByteRange{br(0, 49)}},
+		{"ladder of 40 (sorted path)", ladder, []ByteRange{br(0, 405)}},
+		{"max end", []ByteRange{br(10, MaxEnd), br(MaxEnd, MaxEnd)}, []ByteRange{br(10, MaxEnd)}},
+		{"empty", nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.in)
+			got := Coalesce(tc.in)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("Coalesce(%v) = %v, want %v", tc.in, got, tc.want)
+			}
+			if !reflect.DeepEqual(tc.in, in) {
+				t.Fatalf("Coalesce changed its argument to %v", tc.in)
+			}
+			checkCoalesced(t, tc.in, got)
+		})
+	}
 }
 
 func BenchmarkParse(b *testing.B) {

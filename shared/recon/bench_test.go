@@ -10,6 +10,7 @@ import (
 	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // The worst-case file of the task: 1,000 xorbs x 1,024 chunks, 100,000 terms of ~10 chunks.
@@ -23,12 +24,12 @@ const (
 	benchTerms  = 100_000
 )
 
-func benchSigner(b *testing.B) *urlsign.Signer {
+func benchSigner(b *testing.B) urlsign.Bound {
 	s, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.example.org", Key: bytes.Repeat([]byte{1}, 32), TTL: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s
+	return s.Bind("models/acme/bench", hash.Chunk([]byte("bench file")), s.Expiry(0))
 }
 
 // benchRanges returns n random closed ranges inside size bytes (varied lengths).

@@ -68,7 +68,7 @@ function hexOfShardHash(bytes, off) {
 	return s;
 }
 
-// shardFileHashes lists the file hashes in a shard's file-info section (byte layout: xet-protocol §8).
+// shardFileHashes lists the file hashes in a shard's file-info section (byte layout: docs/protocol.md §8).
 function shardFileHashes(buf) {
 	const b = buf instanceof Uint8Array ? buf : new Uint8Array(buf);
 	const view = new DataView(b.buffer, b.byteOffset, b.byteLength);

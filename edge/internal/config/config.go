@@ -37,7 +37,7 @@ type Config struct {
 	DataDir     string `json:"data_dir"`     // TLS cert, URL key, xorb data cache
 	Listen      string `json:"listen"`       // TLS: HTTP/1.1 + HTTP/2 on TCP, HTTP/3 on UDP
 	HTTPListen  string `json:"http_listen"`  // plain HTTP (behind a TLS-terminating LB); empty = off
-	AdminListen string `json:"admin_listen"` // /metrics and /debug/pprof; empty = off
+	AdminListen string `json:"admin_listen"` // /metrics, and pprof and admin routes for admin tokens; empty = off; no host = loopback
 	// PublicURL is the edge's base URL as clients reach it: the base of the transfer URLs it
 	// signs. Empty = "https://" + the bound TLS address (see DefaultPublicURL).
 	PublicURL string `json:"public_url"`
@@ -139,7 +139,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
 	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
 	fs.StringVar(&f.HTTPListen, "http-listen", "", "plain HTTP listener host:port")
-	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener host:port (/metrics, /debug/pprof)")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
 	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
 	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
 	if err := fs.Parse(args); err != nil {
@@ -184,6 +184,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 }
 
 func (c *Config) fillDerived() {
+	c.AdminListen = AdminAddr(c.AdminListen)
 	if c.DataDir != "" {
 		if c.Cache.DataDir == "" {
 			c.Cache.DataDir = filepath.Join(c.DataDir, dataDirName)
@@ -267,4 +268,13 @@ func (c *Config) Validate() error {
 		bad("limits.recon_parallel_at must be at least 1")
 	}
 	return errors.Join(errs...)
+}
+
+// AdminAddr is where an admin_listen value binds: an address without a host (":9090") binds
+// loopback, not every interface, so the admin listener is private unless a host is named.
+func AdminAddr(a string) string {
+	if h, p, err := net.SplitHostPort(a); err == nil && h == "" {
+		return net.JoinHostPort("127.0.0.1", p)
+	}
+	return a
 }

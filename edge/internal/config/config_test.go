@@ -46,3 +46,19 @@ func TestValidateReportsEverything(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// TestAdminListenDefaultsToLoopback: an admin address without a host binds loopback; a named
+// host is kept.
+func TestAdminListenDefaultsToLoopback(t *testing.T) {
+	base := []string{"--origin", "http://o:8080", "--origin-token", "tok", "--data-dir", "/d"}
+	for in, want := range map[string]string{":9091": "127.0.0.1:9091", "0.0.0.0:9091": "0.0.0.0:9091",
+		"[::1]:9091": "[::1]:9091", "": ""} {
+		c, err := Load(append(base, "--admin-listen", in), func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("--admin-listen %q: %v", in, err)
+		}
+		if c.AdminListen != want {
+			t.Errorf("--admin-listen %q: %q, want %q", in, c.AdminListen, want)
+		}
+	}
+}

@@ -170,6 +170,33 @@ func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 	return v.(*recon.FileRecord), nil
 }
 
+// Visible returns nil if file h is visible in scope: from the cached answer while it is fresh
+// (VisibilityTTL, forgotten at once by Revoke), else from the origin's body-less check, whose
+// positive answer is then cached. No record is fetched. Errors wrap the origin's
+// (originapi.ErrNotFound when it is not visible).
+func (c *Cache) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	if c.vis.fresh(h, scope, c.now()) {
+		c.m.hits.WithLabelValues("visible").Inc()
+		return nil
+	}
+	c.m.misses.WithLabelValues("visible").Inc()
+	_, err := c.fill(ctx, "v"+string(h[:])+scope, func(ctx context.Context) (any, error) {
+		gen := c.vis.generation()
+		if c.vis.fresh(h, scope, c.now()) {
+			return nil, nil
+		}
+		if err := c.origin.Visible(ctx, h, scope); err != nil {
+			return nil, err
+		}
+		c.vis.put(h, scope, c.now().Add(c.ttl), gen)
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("visibility of file %s: %w", h, err)
+	}
+	return nil
+}
+
 func (c *Cache) cachedFile(h hash.Hash) (*recon.FileRecord, bool) {
 	v, ok := c.rc.Get(fileKey(h))
 	if !ok {
@@ -333,7 +360,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], vis *visibility) *metrics {
 	m := &metrics{
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_hits_total",
-			Help: "Metadata lookups answered from the cache, by kind (file: record and visibility; layout)."}, []string{"kind"}),
+			Help: "Metadata lookups answered from the cache, by kind (file: record and visibility; visible: visibility alone, for transfer URLs; layout)."}, []string{"kind"}),
 		misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_misses_total",
 			Help: "Metadata lookups that needed the origin, by kind."}, []string{"kind"}),
 		fills: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_fills_total",

@@ -171,6 +171,49 @@ func TestRevokeStopsServing(t *testing.T) {
 	}
 }
 
+// TestVisible: the transfer route's check answers from the visibility a File lookup (or an
+// earlier check) cached, without asking the origin or fetching a record; a revocation makes
+// the next check ask the origin, which then says not visible; other scopes are untouched.
+func TestVisible(t *testing.T) {
+	f, fh := newFake()
+	c := newCache(t, f, nil)
+	ctx := context.Background()
+	if _, err := c.File(ctx, fh, "a"); err != nil {
+		t.Fatal(err)
+	}
+	files, checks := f.files.Load(), f.checks.Load()
+	for range 3 {
+		if err := c.Visible(ctx, fh, "a"); err != nil {
+			t.Fatalf("visible after File: %v", err)
+		}
+	}
+	if err := c.Visible(ctx, fh, "b"); err != nil { // not cached: one body-less check
+		t.Fatalf("other scope: %v", err)
+	}
+	if err := c.Visible(ctx, fh, "b"); err != nil {
+		t.Fatalf("other scope, cached: %v", err)
+	}
+	if f.files.Load() != files || f.checks.Load() != checks+1 {
+		t.Fatalf("origin asked %d records and %d checks, want 0 and 1", f.files.Load()-files, f.checks.Load()-checks)
+	}
+	f.mu.Lock()
+	delete(f.visible, "a"+fh.String())
+	f.mu.Unlock()
+	if err := c.Visible(ctx, fh, "a"); err != nil {
+		t.Fatalf("before the event (cached): %v", err)
+	}
+	c.Revoke("a", []hash.Hash{fh})
+	if err := c.Visible(ctx, fh, "a"); !errors.Is(err, errNotFound) {
+		t.Fatalf("after the revocation: %v, want not found", err)
+	}
+	if err := c.Visible(ctx, fh, "b"); err != nil {
+		t.Fatalf("other scope after the revocation: %v", err)
+	}
+	if err := c.Visible(ctx, hash.Chunk([]byte("unknown")), "a"); !errors.Is(err, errNotFound) {
+		t.Fatalf("unknown file: %v", err)
+	}
+}
+
 func TestRevokeDuringFill(t *testing.T) {
 	f, fh := newFake()
 	f.gate, f.entered = make(chan struct{}), make(chan struct{}, 1)

@@ -39,9 +39,10 @@ const rangedTermsAt = 2048
 //     stay valid as long as the record: whole-file answers start with them and ranged answers
 //     copy all but their first and last term from them;
 //   - per version (v1, v2), the rest of the whole-file answer (its xorbs or fetch_info, i.e.
-//     the signed URLs) for one URL expiry. URLs are signed with an expiry rounded up to
-//     Options.URLExpiryRound, so every request in that interval gets the same bytes; a request
-//     in the next interval misses and replaces them.
+//     the signed URLs) for one scope and one URL expiry. URLs are bound to the token's scope
+//     and signed with an expiry rounded up to Options.URLExpiryRound, so every request of that
+//     scope in that interval gets the same bytes; a request in the next interval, or of another
+//     scope (a file registered in several repositories), misses and replaces them.
 //
 // Entries are keyed by file hash and remember the record they were made from: a lookup with
 // another record (the metadata cache refetched the file) misses, and a put replaces the entry.
@@ -71,10 +72,12 @@ type answerEntry struct {
 	cost     int64         // everything above, with entryOverhead
 }
 
-// signedRest is the part of a whole-file answer after its terms, signed for expiry exp (Unix).
+// signedRest is the part of a whole-file answer after its terms, signed for scope and expiry
+// exp (Unix).
 type signedRest struct {
-	exp int64
-	b   []byte
+	scope string
+	exp   int64
+	b     []byte
 }
 
 // entryOverhead approximates the cache's own memory per entry.
@@ -158,8 +161,8 @@ func (c *answerCache) putPlan(rec *recon.FileRecord, a *recon.Answer) {
 }
 
 // lookup returns the cached terms of rec (nil if none) and, if terms are cached, the rest of
-// its whole-file answer in version v2 signed for expiry exp (nil if none).
-func (c *answerCache) lookup(rec *recon.FileRecord, v2 bool, exp int64) (*recon.Terms, []byte) {
+// its whole-file answer in version v2 signed for scope and expiry exp (nil if none).
+func (c *answerCache) lookup(rec *recon.FileRecord, v2 bool, scope string, exp int64) (*recon.Terms, []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ae := c.entryLocked(rec)
@@ -167,7 +170,7 @@ func (c *answerCache) lookup(rec *recon.FileRecord, v2 bool, exp int64) (*recon.
 		return nil, nil
 	}
 	r := ae.rest[version(v2)]
-	if r.b == nil || r.exp != exp {
+	if r.b == nil || r.exp != exp || r.scope != scope {
 		return ae.terms, nil
 	}
 	return ae.terms, r.b
@@ -195,10 +198,10 @@ func (c *answerCache) putTerms(rec *recon.FileRecord, t *recon.Terms) *recon.Ter
 	return t
 }
 
-// putRest stores b, the rest of rec's whole-file answer in version v2 for expiry exp, in rec's
-// entry (which putTerms made); nothing is stored when the entry is gone, is of another record
-// or holds no terms.
-func (c *answerCache) putRest(rec *recon.FileRecord, v2 bool, exp int64, b []byte) {
+// putRest stores b, the rest of rec's whole-file answer in version v2 for scope and expiry exp,
+// in rec's entry (which putTerms made); nothing is stored when the entry is gone, is of another
+// record or holds no terms. One rest per version is kept: another scope's replaces it.
+func (c *answerCache) putRest(rec *recon.FileRecord, v2 bool, scope string, exp int64, b []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ae := c.entryLocked(rec)
@@ -206,14 +209,14 @@ func (c *answerCache) putRest(rec *recon.FileRecord, v2 bool, exp int64, b []byt
 		return
 	}
 	r := &ae.rest[version(v2)]
-	if r.b != nil && r.exp > exp {
+	if r.b != nil && r.scope == scope && r.exp > exp {
 		return // a request signed later already stored a newer one
 	}
 	delta := int64(cap(b)) - int64(cap(r.b))
 	if ae.cost+delta > c.max {
 		return
 	}
-	*r = signedRest{exp: exp, b: b}
+	*r = signedRest{scope: scope, exp: exp, b: b}
 	c.grow(ae, delta)
 	c.evictLocked()
 }

@@ -45,10 +45,11 @@ func (fx *reconFixture) checkURLs(tb testing.TB, body []byte) {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			h, signed, err := fx.signer.Verify(u.Path, u.RawQuery, *fx.now)
-			if err != nil || h != x {
-				tb.Fatalf("xorb %s: URL %s: %v (hash %s)", x, e.URL, err, h)
+			g, err := fx.signer.Verify(u.Path, u.RawQuery, *fx.now)
+			if err != nil || g.Xorb != x || g.File != fx.rec.Hash || g.Scope != "s" {
+				tb.Fatalf("xorb %s: URL %s: %v (grant %+v, want file %s in scope s)", x, e.URL, err, g, fx.rec.Hash)
 			}
+			signed := g.Ranges
 			var want []httprange.Range
 			for _, r := range e.Ranges {
 				want = append(want, httprange.Range{Kind: httprange.Closed, Start: r.Bytes.Start, End: r.Bytes.End})
@@ -157,31 +158,35 @@ func TestAnswerCache(t *testing.T) {
 	refetchedA := *recA
 
 	type op struct {
-		rec  *recon.FileRecord
-		rest bool  // putRest of restA after the terms
-		exp  int64 // its expiry
+		rec   *recon.FileRecord
+		rest  bool   // putRest of restA after the terms
+		scope string // its scope
+		exp   int64  // its expiry
 	}
 	tests := []struct {
 		name     string
 		max      int64
 		ops      []op
 		lookup   *recon.FileRecord
+		scope    string
 		exp      int64
 		terms    *recon.Terms // want
 		restHits bool
 	}{
-		{"empty", 1 << 20, nil, recA, 1, nil, false},
-		{"terms only", 1 << 20, []op{{recA, false, 0}}, recA, 1, tA, false},
-		{"terms and rest", 1 << 20, []op{{recA, true, 1}}, recA, 1, tA, true},
-		{"rest of another expiry", 1 << 20, []op{{recA, true, 1}}, recA, 2, tA, false},
-		{"older rest does not replace a newer", 1 << 20, []op{{recA, true, 2}, {recA, true, 1}}, recA, 2, tA, true},
-		{"other file", 1 << 20, []op{{recA, true, 1}}, recB, 1, nil, false},
-		{"same hash, other record", 1 << 20, []op{{recA, true, 1}}, &refetchedA, 1, nil, false},
-		{"both fit", costA + costB, []op{{recA, false, 0}, {recB, false, 0}}, recA, 1, tA, false},
-		{"LRU evicted", costA + costB - 1, []op{{recA, false, 0}, {recB, false, 0}}, recA, 1, nil, false},
-		{"newest kept", costA + costB - 1, []op{{recA, false, 0}, {recB, false, 0}}, recB, 1, tB, false},
-		{"rest over budget not stored", costA + 50, []op{{recA, true, 1}}, recA, 1, tA, false},
-		{"larger than the budget", costA - 1, []op{{recA, false, 0}}, recA, 1, nil, false},
+		{"empty", 1 << 20, nil, recA, "a", 1, nil, false},
+		{"terms only", 1 << 20, []op{{recA, false, "", 0}}, recA, "a", 1, tA, false},
+		{"terms and rest", 1 << 20, []op{{recA, true, "a", 1}}, recA, "a", 1, tA, true},
+		{"rest of another expiry", 1 << 20, []op{{recA, true, "a", 1}}, recA, "a", 2, tA, false},
+		{"rest of another scope", 1 << 20, []op{{recA, true, "a", 1}}, recA, "b", 1, tA, false},
+		{"older rest does not replace a newer", 1 << 20, []op{{recA, true, "a", 2}, {recA, true, "a", 1}}, recA, "a", 2, tA, true},
+		{"another scope's rest replaces", 1 << 20, []op{{recA, true, "a", 2}, {recA, true, "b", 1}}, recA, "b", 1, tA, true},
+		{"other file", 1 << 20, []op{{recA, true, "a", 1}}, recB, "a", 1, nil, false},
+		{"same hash, other record", 1 << 20, []op{{recA, true, "a", 1}}, &refetchedA, "a", 1, nil, false},
+		{"both fit", costA + costB, []op{{recA, false, "", 0}, {recB, false, "", 0}}, recA, "a", 1, tA, false},
+		{"LRU evicted", costA + costB - 1, []op{{recA, false, "", 0}, {recB, false, "", 0}}, recA, "a", 1, nil, false},
+		{"newest kept", costA + costB - 1, []op{{recA, false, "", 0}, {recB, false, "", 0}}, recB, "a", 1, tB, false},
+		{"rest over budget not stored", costA + 50, []op{{recA, true, "a", 1}}, recA, "a", 1, tA, false},
+		{"larger than the budget", costA - 1, []op{{recA, false, "", 0}}, recA, "a", 1, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,14 +194,14 @@ func TestAnswerCache(t *testing.T) {
 			for _, o := range tc.ops {
 				c.putTerms(o.rec, map[*recon.FileRecord]*recon.Terms{recA: tA, recB: tB}[o.rec])
 				if o.rest {
-					c.putRest(o.rec, true, o.exp, restA)
+					c.putRest(o.rec, true, o.scope, o.exp, restA)
 				}
 			}
-			got, rest := c.lookup(tc.lookup, true, tc.exp)
+			got, rest := c.lookup(tc.lookup, true, tc.scope, tc.exp)
 			if got != tc.terms || (rest != nil) != tc.restHits {
 				t.Fatalf("lookup: terms %p rest %v, want %p %v", got, rest != nil, tc.terms, tc.restHits)
 			}
-			if _, v1 := c.lookup(tc.lookup, false, tc.exp); v1 != nil {
+			if _, v1 := c.lookup(tc.lookup, false, tc.scope, tc.exp); v1 != nil {
 				t.Fatal("v1 lookup found the v2 rest")
 			}
 			if c.used > max(tc.max, 0) {
@@ -238,7 +243,7 @@ func TestReconEmptyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
-	if err := recon.WriteV2(&want, empty, fx.signer); err != nil {
+	if err := recon.WriteV2(&want, empty, fx.signer.Bind("s", hash.Zero, fx.signer.Expiry(0))); err != nil {
 		t.Fatal(err)
 	}
 	fx.rec = &recon.FileRecord{} // fx.do asks for fx.rec.Hash: the zero hash
@@ -400,11 +405,11 @@ func TestAnswerCacheOneEntryPerRecord(t *testing.T) {
 					c.putTerms(o.rec, tA)
 				}
 				if o.rest {
-					c.putRest(o.rec, true, 1, rest)
+					c.putRest(o.rec, true, "s", 1, rest)
 				}
 			}
 			_, gotPlan := c.plan(tc.lookup)
-			terms, _ := c.lookup(tc.lookup, true, 1)
+			terms, _ := c.lookup(tc.lookup, true, "s", 1)
 			if gotPlan != tc.wantPlan || (terms != nil) != tc.wantTerms {
 				t.Fatalf("plan %v terms %v, want %v %v", gotPlan, terms != nil, tc.wantPlan, tc.wantTerms)
 			}

@@ -15,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // Listeners are the edge's bound sockets. TLS (TCP) and QUIC (UDP) share one port; HTTP and
@@ -140,14 +143,36 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// AdminHandler serves /metrics from g and /debug/pprof/.
-func AdminHandler(g prometheus.Gatherer) http.Handler {
+// Admin is the admin listener's handler: GET /metrics from g for anyone who reaches the
+// listener (scrapers), and /debug/pprof/ for a bearer token of access admin only (401 without
+// one, 403 for any other token; verified with the origin's keys like every token). The
+// listener should still be private: see docs/security.md.
+func (s *Server) Admin(g prometheus.Gatherer) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	m.HandleFunc("/debug/pprof/", pprof.Index)
-	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return m
+	p := http.NewServeMux()
+	p.HandleFunc("/debug/pprof/", pprof.Index)
+	p.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	p.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	p.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	p.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	m.Handle("/debug/pprof/", s.requireAdmin(p))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.errs.Write(w, r, httpapi.ErrNotFound) })
+	return httpapi.WithRequestID(m)
+}
+
+// requireAdmin passes requests with a verified admin token to h and answers the others 401
+// (no or bad token) or 403 (a token of another access).
+func (s *Server) requireAdmin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.tokens.VerifyRequest(r)
+		if err == nil && !c.Access.Covers(auth.Admin) {
+			err = fmt.Errorf("%w: token grants %s, route needs %s", auth.ErrInsufficient, c.Access, auth.Admin)
+		}
+		if err != nil {
+			s.errs.Write(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

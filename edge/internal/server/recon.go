@@ -83,11 +83,13 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 	}
 	defer func() { s.m.recon.WithLabelValues(version).Observe(time.Since(start).Seconds()) }()
 	exp := s.o.Signer.Expiry(s.o.URLExpiryRound)
-	signer := s.o.Signer.At(exp)
+	// The URLs are bound to this file and the token's scope: hiding the file there revokes them.
+	scope := claims(ctx).Scope
+	signer := s.o.Signer.Bind(scope, rec.Hash, exp)
 	whole := wholeRange(rec, rng)
 	cacheable := s.answers.usable(len(rec.Terms))
 	if whole && cacheable && s.o.URLExpiryRound > 0 {
-		return s.writeWhole(w, r, rec, v2, exp.Unix(), signer)
+		return s.writeWhole(w, r, rec, v2, scope, exp.Unix(), signer)
 	}
 	var terms *recon.Terms
 	if !whole && cacheable {
@@ -137,10 +139,11 @@ type encodedAnswer struct {
 	rest  []byte
 }
 
-// encodeWhole encodes rec's whole-file answer signed for expiry exp, reusing terms (the
-// record's cached terms; nil: none cached), and caches what it encoded. A whole-file plan reads no layouts, so it needs no
-// request context: one caller leaving does not fail the others waiting for the result.
-func (s *Server) encodeWhole(rec *recon.FileRecord, terms *recon.Terms, v2 bool, exp int64, signer urlsign.At) (encodedAnswer, error) {
+// encodeWhole encodes rec's whole-file answer signed for scope and expiry exp, reusing terms
+// (the record's cached terms; nil: none cached), and caches what it encoded. A whole-file plan
+// reads no layouts, so it needs no request context: one caller leaving does not fail the others
+// waiting for the result.
+func (s *Server) encodeWhole(rec *recon.FileRecord, terms *recon.Terms, v2 bool, scope string, exp int64, signer urlsign.Bound) (encodedAnswer, error) {
 	s.m.answerEncodes.Inc()
 	a, err := s.plan(context.Background(), rec, true, nil)
 	if err != nil {
@@ -158,26 +161,26 @@ func (s *Server) encodeWhole(rec *recon.FileRecord, terms *recon.Terms, v2 bool,
 	} else {
 		rest = recon.Encoder{}.AppendRestV1(hint, a, signer)
 	}
-	s.answers.putRest(rec, v2, exp, rest)
+	s.answers.putRest(rec, v2, scope, exp, rest)
 	return encodedAnswer{terms, rest}, nil
 }
 
-// writeWhole writes rec's whole-file answer signed for expiry exp from the answer cache,
-// encoding and caching what is missing: the terms (once per record) and the rest (once per
-// record, version and expiry).
-func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.FileRecord, v2 bool, exp int64, signer urlsign.At) error {
-	terms, rest := s.answers.lookup(rec, v2, exp)
+// writeWhole writes rec's whole-file answer signed for scope and expiry exp from the answer
+// cache, encoding and caching what is missing: the terms (once per record) and the rest (once
+// per record, version, scope and expiry).
+func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.FileRecord, v2 bool, scope string, exp int64, signer urlsign.Bound) error {
+	terms, rest := s.answers.lookup(rec, v2, scope, exp)
 	s.m.countAnswer("answer", rest != nil)
 	if rest == nil {
 		// Concurrent misses of one answer (a popular file when a new expiry interval starts)
 		// encode it once; the others wait for that encoding.
-		key := fmt.Sprintf("%p/%t/%d", rec, v2, exp)
+		key := fmt.Sprintf("%p/%t/%d/%s", rec, v2, exp, scope)
 		v, err, _ := s.encodes.Do(key, func() (any, error) {
-			t, b := s.answers.lookup(rec, v2, exp)
+			t, b := s.answers.lookup(rec, v2, scope, exp)
 			if b != nil {
 				return encodedAnswer{t, b}, nil
 			}
-			return s.encodeWhole(rec, t, v2, exp, signer)
+			return s.encodeWhole(rec, t, v2, scope, exp, signer)
 		})
 		if err != nil {
 			return err
@@ -200,7 +203,7 @@ func (s *Server) writeWhole(w http.ResponseWriter, r *http.Request, rec *recon.F
 // rangedTerms returns the cached terms of rec for a ranged answer, encoding and caching them
 // first for a file of at least rangedTermsAt terms; nil for smaller files not cached yet.
 func (s *Server) rangedTerms(rec *recon.FileRecord) (*recon.Terms, error) {
-	if terms, _ := s.answers.lookup(rec, true, 0); terms != nil {
+	if terms, _ := s.answers.lookup(rec, true, "", 0); terms != nil {
 		s.m.countAnswer("terms", true)
 		return terms, nil
 	}
@@ -217,7 +220,7 @@ func (s *Server) rangedTerms(rec *recon.FileRecord) (*recon.Terms, error) {
 // leaving does not fail the others.
 func (s *Server) encodeTerms(rec *recon.FileRecord) (*recon.Terms, error) {
 	v, err, _ := s.encodes.Do(fmt.Sprintf("%p/terms", rec), func() (any, error) {
-		if t, _ := s.answers.lookup(rec, true, 0); t != nil {
+		if t, _ := s.answers.lookup(rec, true, "", 0); t != nil {
 			return t, nil
 		}
 		s.m.termsEncodes.Inc()
@@ -278,7 +281,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.o.Ready(ctx); err != nil {
-			httpapi.WriteJSON(w, http.StatusServiceUnavailable, httpapi.ErrorBody{Error: err.Error(), Code: "not_ready"})
+			// The reason names the origin's address: it goes to the log, not to the prober.
+			s.log.DebugContext(r.Context(), "not ready", "err", err)
+			httpapi.WriteJSON(w, http.StatusServiceUnavailable, httpapi.ErrorBody{
+				Error: "not ready: the origin is unreachable and nothing is cached", Code: "not_ready"})
 			return nil
 		}
 	}

@@ -116,7 +116,7 @@ func (fx *reconFixture) wantVersion(tb testing.TB, rng *httprange.Range, v2 bool
 		tb.Fatal(err)
 	}
 	var b bytes.Buffer
-	s := fx.signer.At(fx.signer.Expiry(DefaultURLExpiryRound))
+	s := fx.signer.Bind("s", fx.rec.Hash, fx.signer.Expiry(DefaultURLExpiryRound))
 	if v2 {
 		err = recon.WriteV2(&b, a, s)
 	} else {

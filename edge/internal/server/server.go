@@ -4,7 +4,7 @@
 //
 //	client ─┬─ /v1|v2/reconstructions, /v1/files ─► permit? ─┬─ yes ► metacache ► recon.Plan ► Encoder
 //	        │                                                └─ no ─► proxy to origin (fallback)
-//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Layout ► XorbBytes (verified)
+//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Visible, .Layout ► XorbBytes (verified)
 //	        └─ uploads, shards, dedup, telemetry, token route ───────────► proxy to origin
 //
 // Handlers return errors; one wrapper maps them to a status with httpapi.Errors. Nothing is
@@ -36,9 +36,13 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// Metadata answers file and layout lookups (*metacache.Cache).
+// Metadata answers file and layout lookups (*metacache.Cache). Visible is the transfer
+// route's check that a URL's file is still visible in its scope; like File it must answer from
+// visibility the origin's revocation events invalidate, and fail with originapi.ErrNotFound
+// when the file is not visible.
 type Metadata interface {
 	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	Visible(ctx context.Context, h hash.Hash, scope string) error
 	Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error)
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -19,28 +20,35 @@ func objectSize(l *xorb.Layout) uint64 {
 	return uint64(l.ChunkAreaLen()) + uint64(xorb.FooterLen(l.NumChunks())) + 4
 }
 
-// transfer: GET /v1/transfer/xorbs/default/{hash}?r=…&x=…&s=… — the edge's signed transfer
-// route. The URL is the credential (403 when tampered or expired, or when a requested range
-// leaves the signed set). One range → 206 with exactly those bytes; several → 206
-// multipart/byteranges, one part per requested range in request order; no Range header → the
-// signed ranges. Every byte comes from XorbBytes, which verified it against the layout; bytes
-// that fail verification are never sent (502).
+// transfer: GET /v1/transfer/xorbs/default/{hash}?f=…&c=…&r=…&x=…&s=… — the edge's signed
+// transfer route. The URL is the credential, good only while the file it was issued for is
+// visible in its scope (403 when hidden — as soon as the edge has applied the origin's event —
+// tampered, expired, or when a requested range leaves the signed set). Overlapping or adjacent
+// ranges are coalesced, and more parts than the URL has signed ranges (and than
+// urlsign.MinParts) is 416 (urlsign.Parts): one URL never answers more than its signed span. One part → 206 with exactly those bytes;
+// several → 206 multipart/byteranges, one part per (coalesced) range in request order; no
+// Range header → the signed ranges. Every byte comes from XorbBytes, which verified it against
+// the layout; bytes that fail verification are never sent (502).
 func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
-	xh, signed, err := s.o.Signer.VerifyRequest(r, s.o.Now())
+	g, err := s.o.Signer.VerifyRequest(r, s.o.Now())
 	if err != nil {
 		return err
 	}
 	ctx := r.Context()
-	l, err := s.o.Meta.Layout(ctx, xh)
+	if err := s.o.Meta.Visible(ctx, g.File, g.Scope); err != nil {
+		if errors.Is(err, originapi.ErrNotFound) {
+			return fmt.Errorf("%w: file %s is not visible in the scope the URL was issued for", urlsign.ErrRevoked, g.File)
+		}
+		return err
+	}
+	l, err := s.o.Meta.Layout(ctx, g.Xorb)
 	if err != nil {
 		return err
 	}
 	size := objectSize(l)
 	hdr := r.Header.Get("Range")
-	var want []httprange.ByteRange
-	if hdr == "" {
-		want = signed
-	} else {
+	want := g.Ranges
+	if hdr != "" {
 		rs, err := httprange.Parse(hdr)
 		if err != nil {
 			return err
@@ -49,12 +57,8 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	closed := make([]httprange.Range, len(want))
-	for i, b := range want {
-		closed[i] = httprange.Range{Kind: httprange.Closed, Start: b.Start, End: b.End}
-	}
-	if !urlsign.Allowed(signed, closed) {
-		return fmt.Errorf("%w: requested ranges are outside the signed set", urlsign.ErrDenied)
+	if want, err = urlsign.Parts(g.Ranges, want); err != nil {
+		return err
 	}
 	// Open the first range before answering, so that a failure (a fill from the origin, bytes
 	// that fail verification) is still a clean status. Later parts open as they are reached.

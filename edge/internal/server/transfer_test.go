@@ -22,6 +22,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -74,6 +75,14 @@ func (f *memFetcher) FetchXorbRange(_ context.Context, h hash.Hash, start, end i
 type fakeMeta struct {
 	layouts map[hash.Hash]*xorb.Layout
 	files   map[hash.Hash]*recon.FileRecord
+	hidden  map[hash.Hash]bool // files Visible answers not visible, in every scope
+}
+
+func (m fakeMeta) Visible(_ context.Context, h hash.Hash, scope string) error {
+	if m.hidden[h] {
+		return fmt.Errorf("fakeMeta: file %s hidden in %q: %w", h, scope, originapi.ErrNotFound)
+	}
+	return nil
 }
 
 func (m fakeMeta) File(_ context.Context, h hash.Hash, _ string) (*recon.FileRecord, error) {
@@ -103,6 +112,7 @@ type transferFixture struct {
 	body   []byte
 	l      *xorb.Layout
 	fetch  *memFetcher
+	meta   fakeMeta
 }
 
 func newTransferFixture(t testing.TB, chunks, chunkSize int, opts ...func(*Options)) *transferFixture {
@@ -120,7 +130,8 @@ func newTransferFixture(t testing.TB, chunks, chunkSize int, opts ...func(*Optio
 		t.Fatal(err)
 	}
 	origin, _ := url.Parse("http://127.0.0.1:1")
-	o := Options{Meta: fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}}, Bytes: dc, Tokens: noTokens{},
+	meta := fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}, hidden: map[hash.Hash]bool{}}
+	o := Options{Meta: meta, Bytes: dc, Tokens: noTokens{},
 		Signer: signer, Origin: origin, Permits: 4,
 		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}}
 	for _, fn := range opts {
@@ -130,12 +141,25 @@ func newTransferFixture(t testing.TB, chunks, chunkSize int, opts ...func(*Optio
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &transferFixture{srv: srv, signer: signer, body: body, l: l, fetch: f}
+	return &transferFixture{srv: srv, signer: signer, body: body, l: l, fetch: f, meta: meta}
 }
+
+// manyParts is a Range header of n one-byte ranges two bytes apart from start (never coalesced).
+func manyParts(n int, start uint64) string {
+	specs := make([]string, n)
+	for i := range specs {
+		b := start + 2*uint64(i)
+		specs[i] = fmt.Sprintf("%d-%d", b, b)
+	}
+	return "bytes=" + strings.Join(specs, ",")
+}
+
+// transferFile is the file the fixture's URLs are issued for, in scope "s".
+var transferFile = hash.Chunk([]byte("transfer fixture file"))
 
 // pathFor is the path and query of a transfer URL signed for ranges (closed byte ranges).
 func (fx *transferFixture) pathFor(ranges ...httprange.ByteRange) string {
-	u := string(fx.signer.AppendURL(nil, fx.l.Hash, ranges))
+	u := string(fx.signer.Bind("s", transferFile, fx.signer.Expiry(0)).AppendURL(nil, fx.l.Hash, ranges))
 	return strings.TrimPrefix(u, "https://edge.invalid")
 }
 
@@ -176,6 +200,7 @@ func TestTransfer(t *testing.T) {
 	whole := fx.chunkBytes(0, 48)
 	mid := fx.chunkBytes(5, 31) // spans several 256 KiB segments
 	inner := httprange.ByteRange{Start: mid.Start + 17, End: mid.End - 1000}
+	tail := httprange.ByteRange{Start: whole.End - 999, End: whole.End - 10} // in the last chunk
 	tests := []struct {
 		name   string
 		signed []httprange.ByteRange
@@ -188,9 +213,19 @@ func TestTransfer(t *testing.T) {
 		{"unaligned single range", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", inner.Start, inner.End), 206, []httprange.ByteRange{inner}},
 		{"one byte", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", mid.Start+3, mid.Start+3), 206,
 			[]httprange.ByteRange{{Start: mid.Start + 3, End: mid.Start + 3}}},
-		{"multipart in request order", []httprange.ByteRange{whole},
-			fmt.Sprintf("bytes=%d-%d,%d-%d,%d-%d", mid.Start, mid.End, 0, 99, inner.Start, inner.End), 206,
-			[]httprange.ByteRange{mid, {Start: 0, End: 99}, inner}},
+		{"multipart in request order", []httprange.ByteRange{{Start: 0, End: 99}, mid, tail},
+			fmt.Sprintf("bytes=%d-%d,%d-%d,%d-%d", mid.Start, mid.End, 0, 99, tail.Start, tail.End), 206,
+			[]httprange.ByteRange{mid, {Start: 0, End: 99}, tail}},
+		{"overlapping ranges coalesced into one part", []httprange.ByteRange{whole},
+			fmt.Sprintf("bytes=%d-%d,%d-%d,%d-%d", mid.Start, mid.End, inner.Start, inner.End, mid.Start, mid.End), 206,
+			[]httprange.ByteRange{mid}},
+		{"adjacent ranges coalesced, the rest in request order", []httprange.ByteRange{{Start: 0, End: 99}, mid, tail},
+			fmt.Sprintf("bytes=%d-%d,%d-%d,%d-%d,%d-%d", tail.Start, tail.End, 0, 49, 50, 99, tail.Start+1, tail.End), 206,
+			[]httprange.ByteRange{tail, {Start: 0, End: 99}}},
+		{"two pieces of one signed range", []httprange.ByteRange{whole},
+			fmt.Sprintf("bytes=%d-%d,%d-%d", mid.Start, mid.End, 0, 99), 206, []httprange.ByteRange{mid, {Start: 0, End: 99}}},
+		{"more parts than signed ranges and than urlsign.MinParts", []httprange.ByteRange{whole},
+			manyParts(urlsign.MinParts+1, mid.Start), 416, nil},
 		{"outside the signed set", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", whole.Start, whole.End), 403, nil},
 		{"past the chunk area", []httprange.ByteRange{{Start: whole.End + 1, End: whole.End + 10}}, fmt.Sprintf("bytes=%d-%d", whole.End+1, whole.End+10), 416, nil},
 	}
@@ -252,6 +287,30 @@ func TestTransfer(t *testing.T) {
 	}
 	if served := testutilCounter(t, fx.srv); served == 0 {
 		t.Fatal("xet_edge_transfer_served_bytes_total did not move")
+	}
+}
+
+// TestTransferRevoked: a URL stops working (403) as soon as the metadata says its file is no
+// longer visible in its scope, and works again if it becomes visible again (within expiry).
+func TestTransferRevoked(t *testing.T) {
+	fx := newTransferFixture(t, 8, 1000)
+	h := fx.srv.Handler()
+	whole := fx.chunkBytes(0, 8)
+	get := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, fx.pathFor(whole), nil))
+		return w
+	}
+	if w := get(); w.Code != http.StatusOK || !bytes.Equal(w.Body.Bytes(), fx.body[:whole.End+1]) {
+		t.Fatalf("visible file: %d, %d bytes", w.Code, w.Body.Len())
+	}
+	fx.meta.hidden[transferFile] = true
+	if w := get(); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "transfer_denied") {
+		t.Fatalf("hidden file: %d %s, want 403 transfer_denied", w.Code, w.Body.String())
+	}
+	delete(fx.meta.hidden, transferFile)
+	if w := get(); w.Code != http.StatusOK {
+		t.Fatalf("visible again: %d", w.Code)
 	}
 }
 

@@ -43,7 +43,7 @@ const (
 type Config struct {
 	DataDir     string `json:"data_dir"`     // keys, and the embedded index and objects
 	Listen      string `json:"listen"`       // main listener host:port
-	AdminListen string `json:"admin_listen"` // /metrics and /debug/pprof; empty = off
+	AdminListen string `json:"admin_listen"` // /metrics, and pprof and admin routes for admin tokens; empty = off; no host = loopback
 	// PublicURL is the origin's base URL as clients reach it: the casUrl of write tokens from the
 	// token route. Empty = "http://" + Listen.
 	PublicURL string `json:"public_url"`
@@ -160,7 +160,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	var f Config
 	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (keys; embedded index and objects)")
 	fs.StringVar(&f.Listen, "listen", defaultListen, "main listener host:port")
-	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener host:port (/metrics, /debug/pprof)")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
 	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the origin")
 	fs.StringVar(&f.EdgeURL, "edge-url", "", "casUrl handed out with read tokens")
 	fs.BoolVar(&f.DevNoAuth, "dev-no-auth", false, "DEVELOPMENT ONLY: accept requests without tokens")
@@ -218,6 +218,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 
 // fillDerived fills paths and URLs that default from other fields.
 func (c *Config) fillDerived() {
+	c.AdminListen = AdminAddr(c.AdminListen)
 	if c.DataDir != "" {
 		if c.Index.SQLitePath == "" {
 			c.Index.SQLitePath = filepath.Join(c.DataDir, sqliteFileName)
@@ -322,4 +323,13 @@ func (c *Config) Validate() error {
 		bad("limits.batch_body %d is below 1 KiB (ten file ids)", c.Limits.BatchBody)
 	}
 	return errors.Join(errs...)
+}
+
+// AdminAddr is where an admin_listen value binds: an address without a host (":9090") binds
+// loopback, not every interface, so the admin listener is private unless a host is named.
+func AdminAddr(a string) string {
+	if h, p, err := net.SplitHostPort(a); err == nil && h == "" {
+		return net.JoinHostPort("127.0.0.1", p)
+	}
+	return a
 }

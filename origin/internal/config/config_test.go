@@ -107,3 +107,29 @@ func FuzzLoadFile(f *testing.F) {
 		}
 	})
 }
+
+// TestAdminListenDefaultsToLoopback: an admin address without a host binds loopback, from the
+// flag or the file; a named host is kept.
+func TestAdminListenDefaultsToLoopback(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"admin_listen": ":9090"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admin-listen", ":9090"}, "127.0.0.1:9090"},
+		{[]string{"--config", file}, "127.0.0.1:9090"},
+		{[]string{"--admin-listen", "0.0.0.0:9090"}, "0.0.0.0:9090"},
+		{nil, ""},
+	} {
+		c, err := Load(append([]string{"--data-dir", "/d"}, tc.args...), func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if c.AdminListen != tc.want {
+			t.Errorf("%q: admin listen %q, want %q", tc.args, c.AdminListen, tc.want)
+		}
+	}
+}

@@ -4,7 +4,12 @@
 //
 // Ordering is the durability contract (ARCHITECTURE.md §5): object bytes are durable in the
 // object store before the index commit, and the index commit is durable before a method
-// returns nil. A shard body kept inline in its registration is durable with that commit. Nothing is written before validation succeeds, so a rejected upload leaves
+// returns nil.
+//
+// A xorb object is created once and never replaced, and the layout indexed for it is always
+// derived from the bytes that are stored: one xorb hash has many valid encodings (the hash
+// covers the chunks, not their compression), so an upload that finds the key taken indexes
+// the stored object's layout, not its own (Service.PutXorb). A shard body kept inline in its registration is durable with that commit. Nothing is written before validation succeeds, so a rejected upload leaves
 // nothing behind.
 package ingest
 
@@ -28,6 +33,10 @@ var (
 	// ErrRejected: a shard's claims disagree with the stored xorbs (chunk ranges, sizes,
 	// verification hashes, file hash, xorb blocks) or it lacks verification entries.
 	ErrRejected = errors.New("ingest: shard rejected")
+	// ErrStoredCorrupt: the object stored under a xorb's key, which no index row describes
+	// yet, is not a valid object of that xorb. Storage damage: the origin does not replace it
+	// (docs/origin.md, "Xorb objects are create-only"); the upload fails with 500.
+	ErrStoredCorrupt = errors.New("ingest: stored xorb object is corrupt")
 )
 
 // Prefix is the only xorb prefix the origin knows.
@@ -37,11 +46,18 @@ const Prefix = "default"
 func XorbKey(h hash.Hash) string  { return "xorbs/" + Prefix + "/" + h.String() }
 func ShardKey(h hash.Hash) string { return "shards/" + h.String() }
 
-// Objects is the part of the object store ingest writes to.
+// Objects is the part of the object store ingest writes to (objstore.ObjectStore's contract).
 type Objects interface {
-	// Put stores exactly size bytes from r under key, durably and atomically.
+	// Put stores exactly size bytes from r under key, durably and atomically (shards).
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
-	// GetRange returns the n bytes of key from offset off. The caller closes the reader.
+	// Create is Put that never replaces: when key holds an object, or another writer (of any
+	// process sharing the store) commits one first, it fails with objstore.ErrExists and the
+	// stored object stays (xorbs).
+	Create(ctx context.Context, key string, r io.Reader, size int64) error
+	// Get returns the whole object and its size. The caller closes the reader.
+	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	// GetRange returns the n bytes of key from offset off. The caller closes the reader
+	// (possession proofs read stored chunks).
 	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -89,7 +90,7 @@ func New(o Options) *Service {
 	}, []string{"kind"})
 	s.xorbs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xet_origin_ingest_xorbs_total",
-		Help: "Xorb uploads by result (inserted, existing, rejected).",
+		Help: "Xorb uploads by result (inserted, existing, rejected, stored_corrupt).",
 	}, []string{"result"})
 	s.shards = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xet_origin_shard_registrations_total",
@@ -103,10 +104,22 @@ func New(o Options) *Service {
 
 // PutXorb validates body as the xorb h (xet-protocol.md §7.4) and stores it: the chunk area
 // plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
-// xorb was new; a xorb the index already has is not rewritten. Once the xorb is stored (new or
-// not), it records that scope holds it (index.Index.RecordPossession), which RegisterShard
-// requires of scopes referencing single-chunk xorbs. Errors wrap ErrBadPrefix, the xorb
-// package's sentinels (bad body, ErrHashMismatch, ErrTooLarge), or the store's and index's.
+// xorb was new; a xorb the index already has is not rewritten.
+//
+// The object is created, never replaced (Objects.Create). When the key is taken — a
+// concurrent upload of the same chunks, here or on another replica, perhaps in another
+// encoding, or an object left by a crash before its index commit — the upload's own bytes are
+// dropped and the layout indexed is that of the stored object, read back and validated
+// against h. Every writer therefore indexes the layout of the one object under the key, so
+// the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order and
+// without a lock. A stored object that does not validate is ErrStoredCorrupt.
+//
+// Once the xorb is stored (new or not), PutXorb records that scope holds it
+// (index.Index.RecordPossession), which RegisterShard requires of scopes referencing
+// single-chunk xorbs.
+//
+// Errors wrap ErrBadPrefix, the xorb package's sentinels (bad body, ErrHashMismatch,
+// ErrTooLarge), ErrStoredCorrupt, or the store's and index's.
 func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
 	defer func() { s.count(s.xorbs, inserted, err) }()
 	// Runs first of the defers: only a validated, stored xorb earns a possession record.
@@ -124,18 +137,25 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	if err != nil {
 		return false, fmt.Errorf("xorb %s: %w", h, err)
 	}
-	if _, err := s.idx.XorbSize(ctx, h); err == nil {
-		return false, nil
-	} else if !errors.Is(err, index.ErrNotFound) {
-		return false, fmt.Errorf("xorb %s: %w", h, err)
+	if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+		return false, err
 	}
 	footer := xorb.AppendFooter(nil, l, 0)
-	size := int64(area + len(footer))
+	size := uint64(area + len(footer))
 	obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
-	if err := s.objs.Put(ctx, XorbKey(h), obj, size); err != nil {
+	err = s.objs.Create(ctx, XorbKey(h), obj, int64(size))
+	if errors.Is(err, objstore.ErrExists) {
+		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
+		// otherwise index what they stored, whoever commits the row first.
+		if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+			return false, err
+		}
+		l, size, err = s.storedLayout(ctx, h)
+	}
+	if err != nil {
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
 	}
-	ins, err := s.idx.PutXorb(ctx, l, uint64(size))
+	ins, err := s.idx.PutXorb(ctx, l, size)
 	if err != nil {
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
@@ -150,8 +170,58 @@ func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Has
 	return nil
 }
 
+// indexed reports whether the index has the xorb h.
+func (s *Service) indexed(ctx context.Context, h hash.Hash) (bool, error) {
+	_, err := s.idx.XorbSize(ctx, h)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, index.ErrNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("xorb %s: %w", h, err)
+}
+
+// storedLayout reads the object stored under XorbKey(h) and returns its layout and size after
+// validating it as PutXorb validates an upload (every chunk decompressed and hashed, the hash
+// compared with h) and checking that it ends with the footer every stored xorb has. It holds
+// the object in memory while it works: at most MaxXorbBody bytes, and only for an upload that
+// lost a race or met an orphan. A missing object (removed since Create found it) is
+// objstore.ErrUnavailable, for the client to retry; an invalid one is ErrStoredCorrupt (wrapping
+// no xorb sentinel: the client's body was fine, so the answer must not be a 400).
+func (s *Service) storedLayout(ctx context.Context, h hash.Hash) (*xorb.Layout, uint64, error) {
+	key := XorbKey(h)
+	rc, size, err := s.objs.Get(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s exists and is gone: %w", objstore.ErrUnavailable, key, err)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rc.Close()
+	if size <= 0 || size > MaxXorbBody {
+		return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrStoredCorrupt, key, size)
+	}
+	obj := make([]byte, size)
+	if _, err := io.ReadFull(rc, obj); err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	start := time.Now()
+	l, area, err := xorb.Validate(obj, xorb.ValidateOptions{Expect: &h, Workers: s.workers})
+	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %v", ErrStoredCorrupt, key, err)
+	}
+	if area == len(obj) {
+		return nil, 0, fmt.Errorf("%w: %s has no footer", ErrStoredCorrupt, key)
+	}
+	return l, uint64(size), nil
+}
+
 func (s *Service) count(c *prometheus.CounterVec, inserted bool, err error) {
 	switch {
+	case errors.Is(err, ErrStoredCorrupt):
+		c.WithLabelValues("stored_corrupt").Inc()
 	case err != nil:
 		c.WithLabelValues("rejected").Inc()
 	case inserted:

@@ -25,9 +25,11 @@ import (
 // Fan-out directories start with '_' and temporary files with '.', which no key segment may
 // (CheckKey), so neither can collide with an object or a key's directory. Put writes a temporary
 // file in the object's directory, fsyncs it, renames it over the final name and fsyncs the
-// directory; a directory created on the way is made durable by fsyncing its parent. A crash
-// mid-Put can leave a ".put-*" file behind: it is garbage, visible under no key, and may be
-// removed by hand.
+// directory; a directory created on the way is made durable by fsyncing its parent. Create does
+// the same but links the temporary file to the final name instead (link(2) fails with EEXIST
+// when the name exists, atomically, also between processes) and then removes the temporary
+// name, so the root must be on a file system with hard links. A crash mid-Put can leave a
+// ".put-*" file behind: it is garbage, visible under no key, and may be removed by hand.
 type Local struct {
 	root string
 
@@ -79,24 +81,41 @@ func (l *Local) path(key string) string {
 }
 
 // Put implements ObjectStore.
-func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
+func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return l.write(ctx, "put", key, r, size)
+}
+
+// Create implements ObjectStore. A key found to exist before the body is read fails at once,
+// without reading r; otherwise the body is written and made durable first and the link decides.
+func (l *Local) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(l.path(key)); err == nil {
+		return fmt.Errorf("create %s: %w", key, ErrExists)
+	}
+	return l.write(ctx, "create", key, r, size)
+}
+
+// write is Put (op "put": rename over the key) and Create (op "create": link to the key).
+func (l *Local) write(ctx context.Context, op, key string, r io.Reader, size int64) (err error) {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("put %s: %w: negative size %d", key, ErrSize, size)
+		return fmt.Errorf("%s %s: %w: negative size %d", op, key, ErrSize, size)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	p := l.path(key)
 	dir := filepath.Dir(p)
 	if err := l.ensureDir(dir); err != nil {
-		return l.ioErr("put", key, err)
+		return l.ioErr(op, key, err)
 	}
 	f, err := os.CreateTemp(dir, ".put-*")
 	if err != nil {
-		return l.ioErr("put", key, err)
+		return l.ioErr(op, key, err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -110,27 +129,39 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) (e
 	buf := make([]byte, min(max(size, 512), localCopyBuf))
 	_, cerr := io.CopyBuffer(writerOnly{f}, src, buf)
 	if err := src.done(); err != nil { // the body's fault (or the caller's ctx), not the store's
-		return fmt.Errorf("put %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	if cerr != nil {
-		return l.ioErr("put", key, cerr)
+		return l.ioErr(op, key, cerr)
 	}
 	if err := f.Sync(); err != nil {
-		return l.ioErr("put", key, err)
+		return l.ioErr(op, key, err)
 	}
 	if err := f.Close(); err != nil {
-		return l.ioErr("put", key, err)
+		return l.ioErr(op, key, err)
 	}
 	if err := ctx.Err(); err != nil { // last moment to give up with nothing visible
-		return fmt.Errorf("put %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		return l.ioErr("put", key, err)
+	if op == "create" {
+		if err := os.Link(tmp, p); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%s %s: %w", op, key, ErrExists)
+			}
+			return l.ioErr(op, key, err)
+		}
+		// The object is visible under both names now; the temporary one goes (and with a
+		// crash before it does, it stays behind as garbage like any ".put-*" file).
+		if err := os.Remove(tmp); err != nil {
+			return l.ioErr(op, key, err)
+		}
+	} else if err := os.Rename(tmp, p); err != nil {
+		return l.ioErr(op, key, err)
 	}
 	// From here the object is visible. A failed directory sync is reported, but the object is
 	// left in place: removing it could drop an older, durable copy of the same content.
 	if err := syncDir(dir); err != nil {
-		return l.ioErr("put", key, err)
+		return l.ioErr(op, key, err)
 	}
 	return nil
 }

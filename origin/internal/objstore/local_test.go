@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
@@ -26,7 +27,8 @@ func TestLocal(t *testing.T) { objstoretest.Run(t, newLocal) }
 func BenchmarkLocal(b *testing.B) { objstoretest.Bench(b, newLocal) }
 
 // The on-disk layout is part of the contract operators see: objects in fan-out directories,
-// no temporary file left behind by a successful or failed Put.
+// no temporary file left behind by a successful or failed Put or Create (also by the Creates
+// that lose a race for one key).
 func TestLocalLayout(t *testing.T) {
 	root := t.TempDir()
 	s, err := objstore.NewLocal(root)
@@ -44,6 +46,19 @@ func TestLocalLayout(t *testing.T) {
 	if err := s.Put(ctx, "xorbs/default/3f00", strings.NewReader("short"), 99); !errors.Is(err, objstore.ErrSize) {
 		t.Fatalf("short Put: %v", err)
 	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			body := strings.Repeat("c", 1000+i)
+			if err := s.Create(ctx, "xorbs/default/3fcc", strings.NewReader(body), int64(len(body))); err != nil && !errors.Is(err, objstore.ErrExists) {
+				t.Errorf("Create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Create(ctx, "xorbs/default/3fdd", strings.NewReader("short"), 99); !errors.Is(err, objstore.ErrSize) {
+		t.Fatalf("short Create: %v", err)
+	}
 	var files []string
 	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -55,7 +70,7 @@ func TestLocalLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"shards/_a/a", "xorbs/default/_3f/3f9a00e1"}
+	want := []string{"shards/_a/a", "xorbs/default/_3f/3f9a00e1", "xorbs/default/_3f/3fcc"}
 	if strings.Join(files, " ") != strings.Join(want, " ") {
 		t.Fatalf("files under root = %q, want %q", files, want)
 	}

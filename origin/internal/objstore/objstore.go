@@ -9,6 +9,11 @@
 //     or the machine; on any error nothing new is visible under the key (an object that was
 //     there before stays intact). A Put that reads fewer or more than size bytes fails with
 //     ErrSize. Concurrent Puts of one key are allowed; one of them wins whole.
+//   - Create is Put that never replaces: when the key holds an object, or a concurrent Create
+//     or Put of the key commits first, it fails with ErrExists and the stored object stays as
+//     it was. Of concurrent Creates of one key exactly one succeeds. This holds across
+//     processes and machines sharing the store (link(2) on local disk, a conditional
+//     "If-None-Match: *" PUT on S3), so the origin's xorbs are create-only.
 //   - A missing object is ErrNotFound, a range outside the object is ErrRange, a key that is
 //     not well formed is ErrKey, and a store that cannot be reached or cannot write (network
 //     down, disk full, bad credentials) is ErrUnavailable, which callers answer with 503 and
@@ -34,6 +39,8 @@ var (
 	ErrSize        = errors.New("objstore: body length does not match size")
 	ErrRange       = errors.New("objstore: range outside object")
 	ErrKey         = errors.New("objstore: malformed key")
+	// ErrExists: Create found an object under the key (it was left as it was).
+	ErrExists = errors.New("objstore: object exists")
 )
 
 // ObjectStore is what the origin needs from its object store.
@@ -42,6 +49,11 @@ type ObjectStore interface {
 	// the object survives a crash; on error nothing is visible under key. An existing object is
 	// replaced whole. r is read at most to size+1 bytes and is not closed.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// Create is Put that fails with ErrExists, replacing nothing, when key already holds an
+	// object or another writer commits one first; of concurrent Creates of key exactly one
+	// succeeds. r is read at most to size+1 bytes (not at all once the key is known to
+	// exist) and is not closed.
+	Create(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get returns the whole object and its size. The caller closes the reader.
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	// GetRange returns the n bytes of the object that start at off; off+n must not pass the end

@@ -112,43 +112,67 @@ func (s *S3) Bucket() string { return s.bucket }
 
 // Put implements ObjectStore.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.write(ctx, "put", key, r, size)
+}
+
+// Create implements ObjectStore with a conditional PUT ("If-None-Match: *"): the service
+// refuses it with 412 Precondition Failed when the key holds an object, and of concurrent
+// conditional PUTs of one key it commits one. Only a single PUT carries the condition, so
+// Create takes objects of up to 5 GiB (xorbs are at most 64 MiB).
+func (s *S3) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	if size > singlePutMax {
+		return fmt.Errorf("create %s: %d bytes is more than one conditional PUT takes (%d)", key, size, int64(singlePutMax))
+	}
+	return s.write(ctx, "create", key, r, size)
+}
+
+// write is Put (op "put") and Create (op "create": the PUT is conditional on no object).
+func (s *S3) write(ctx context.Context, op, key string, r io.Reader, size int64) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("put %s: %w: negative size %d", key, ErrSize, size)
+		return fmt.Errorf("%s %s: %w: negative size %d", op, key, ErrSize, size)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	src := newExactReader(ctx, r, size)
 	if size == 0 { // nothing will be read: find a non-empty body before the empty object is stored
 		if err := src.done(); err != nil {
-			return fmt.Errorf("put %s: %w", key, err)
+			return fmt.Errorf("%s %s: %w", op, key, err)
 		}
 	}
-	body := &guardedReader{r: src}
-	_, err := s.core.Client.PutObject(ctx, s.bucket, key, body, size, minio.PutObjectOptions{
+	opts := minio.PutObjectOptions{
 		DisableMultipart: size <= singlePutMax,
 		ContentType:      "application/octet-stream",
 		// Signing the payload would hash every xorb with SHA-256 once more (a third of the
 		// origin's ingest CPU on MinIO, perf/BENCHMARKS.md). The bytes were validated already
 		// and minio-go still sends a CRC32C checksum the server verifies.
 		DisableContentSha256: true,
-	})
+	}
+	if op == "create" {
+		opts.SetMatchETagExcept("*") // If-None-Match: *
+	}
+	body := &guardedReader{r: src}
+	_, err := s.core.Client.PutObject(ctx, s.bucket, key, body, size, opts)
 	// The HTTP transport may still hold the body after PutObject returns: cut it off from r
 	// before handing r back to the caller.
 	body.close()
+	if op == "create" && err != nil && minio.ToErrorResponse(err).Code == minio.PreconditionFailed {
+		// The service may refuse before reading the body, so src's state says nothing here.
+		return fmt.Errorf("%s %s: %w", op, key, ErrExists)
+	}
 	if serr := src.err; serr != nil { // the body's fault or the caller's ctx: the PUT was aborted
-		return fmt.Errorf("put %s: %w", key, serr)
+		return fmt.Errorf("%s %s: %w", op, key, serr)
 	}
 	if err != nil {
-		return s3Err("put", key, err)
+		return s3Err(op, key, err)
 	}
 	// A PUT acknowledged without reading the whole body cannot happen with a Content-Length,
 	// but a wrong-length body must never pass silently.
 	if err := src.done(); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	return nil
 }

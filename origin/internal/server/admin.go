@@ -40,15 +40,25 @@ type hideAnswer struct {
 	All    bool   `json:"all"`    // the whole scope was hidden
 }
 
-// Admin is the admin listener's handler: AdminHandler's /metrics and /debug/pprof/, plus
-// POST /admin/v1/hide, which revokes visibility through h. The admin listener has no
-// authentication: it must only be reachable by operators (bind it to loopback or a private
-// network).
+// Admin is the admin listener's handler: GET /metrics from g for anyone who reaches the
+// listener (scrapers), and, for a bearer token of access admin only (401 without one, 403 for
+// any other token), /debug/pprof/ and POST /admin/v1/hide, which revokes visibility through h.
+// The listener should still be private (loopback, or a network policy that admits only the
+// monitoring namespace): the token guards against whatever else reaches it. See
+// docs/security.md.
 func (s *Server) Admin(g prometheus.Gatherer, h Hider) http.Handler {
 	m := http.NewServeMux()
-	m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Access(""),
+	m.Handle("GET /metrics", MetricsHandler(g))
+	m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Admin,
 		func(w http.ResponseWriter, r *http.Request) error { return s.adminHide(w, r, h) }))
-	m.Handle("/", AdminHandler(g))
+	pprof := PprofHandler()
+	m.Handle("/debug/pprof/", s.wrap("/debug/pprof/", auth.Admin, func(w http.ResponseWriter, r *http.Request) error {
+		pprof.ServeHTTP(w, r)
+		return nil
+	}))
+	m.Handle("/", s.wrap("/", auth.Access(""), func(http.ResponseWriter, *http.Request) error {
+		return httpapi.ErrNotFound
+	}))
 	return httpapi.WithRequestID(m)
 }
 

@@ -28,10 +28,19 @@ func (h *recordingHider) Hide(ctx context.Context, scope string, files []hash.Ha
 	return h.next.Hide(ctx, scope, files)
 }
 
-// adminPost posts body to the admin handler's hide route and returns the answer.
-func adminPost(t *testing.T, admin *httptest.Server, body string) *http.Response {
+// adminPost posts body to the admin handler's hide route with tok (none when "") and returns
+// the answer.
+func adminPost(t *testing.T, admin *httptest.Server, tok, body string) *http.Response {
 	t.Helper()
-	resp, err := admin.Client().Post(admin.URL+"/admin/v1/hide", "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", admin.URL+"/admin/v1/hide", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := admin.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +59,7 @@ func testAdminHide(t *testing.T, b backend) {
 	rec := &recordingHider{next: e.idx}
 	admin := httptest.NewServer(e.srv.Admin(e.reg, rec))
 	t.Cleanup(admin.Close)
+	adminTok := e.token("", auth.Admin)
 
 	const scope, other = "models/acme/x", "models/acme/y"
 	f1, f2 := makeFixture(t, 1, 1, 4, 4096), makeFixture(t, 2, 1, 4, 4096)
@@ -85,7 +95,7 @@ func testAdminHide(t *testing.T, b backend) {
 		{"trailing data", `{"scope":"models/acme/x"} {}`},
 	}
 	for _, c := range bad {
-		t.Run(c.name, func(t *testing.T) { expect(t, adminPost(t, admin, c.body), 400) })
+		t.Run(c.name, func(t *testing.T) { expect(t, adminPost(t, admin, adminTok, c.body), 400) })
 	}
 	if len(rec.calls) != 0 {
 		t.Fatalf("malformed requests reached Hide: %v", rec.calls)
@@ -94,7 +104,7 @@ func testAdminHide(t *testing.T, b backend) {
 	// One file, named twice: hidden in its scope only, at once (through the caches).
 	body := `{"scope":"` + scope + `","files":["` + f1.file.String() + `","` + f1.file.String() + `"]}`
 	var ans hideAnswer
-	if err := json.Unmarshal(expect(t, adminPost(t, admin, body), 200), &ans); err != nil {
+	if err := json.Unmarshal(expect(t, adminPost(t, admin, adminTok, body), 200), &ans); err != nil {
 		t.Fatal(err)
 	}
 	if want := (hideAnswer{Scope: scope, Hidden: 1}); ans != want {
@@ -111,7 +121,7 @@ func testAdminHide(t *testing.T, b backend) {
 	}
 
 	// No files: the whole scope.
-	if err := json.Unmarshal(expect(t, adminPost(t, admin, `{"scope":"`+scope+`"}`), 200), &ans); err != nil {
+	if err := json.Unmarshal(expect(t, adminPost(t, admin, adminTok, `{"scope":"`+scope+`"}`), 200), &ans); err != nil {
 		t.Fatal(err)
 	}
 	if want := (hideAnswer{Scope: scope, All: true}); ans != want {

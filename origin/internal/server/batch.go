@@ -15,6 +15,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -164,7 +165,8 @@ func (s *Server) batchRecon(lim batchLimits) handlerFunc {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		err = writeBatch(w, ids, answers, s.signer.At(s.signer.Expiry(0)))
+		sign := s.signer.Bind(claims(ctx).Scope, hash.Zero, s.signer.Expiry(0))
+		err = writeBatch(w, ids, answers, sign)
 		s.m.recon.WithLabelValues("batch").Observe(time.Since(start).Seconds())
 		return err
 	}
@@ -199,11 +201,15 @@ func (s *Server) batchPlans(ctx context.Context, ids []hash.Hash, maxTerms int) 
 	return answers, nil
 }
 
-// batchRange is one v1 fetch entry before signing: chunks [Start, End) stored at bytes.
+// batchRange is one v1 fetch entry before signing: chunks [Start, End) stored at bytes, of
+// the file ids[file] (the first file, in request order, whose answer has this entry).
 type batchRange struct {
 	chunks recon.ChunkRange
 	bytes  recon.ByteRange
+	file   int
 }
+
+func sameBatchRange(a, b batchRange) bool { return a.chunks == b.chunks && a.bytes == b.bytes }
 
 func compareBatchRange(a, b batchRange) int {
 	return cmp.Or(cmp.Compare(a.chunks.Start, b.chunks.Start), cmp.Compare(a.chunks.End, b.chunks.End),
@@ -217,11 +223,12 @@ type batchXorb struct {
 }
 
 // mergeFetches gathers the fetch ranges of answers per xorb, xorbs in first-appearance order,
-// each xorb's ranges sorted with duplicates removed.
+// each xorb's ranges sorted with duplicates removed; an entry several files share keeps the
+// first of them (answers[i] is the answer of file i).
 func mergeFetches(answers []*recon.Answer) []batchXorb {
 	var xs []batchXorb
 	at := map[hash.Hash]int{}
-	for _, a := range answers {
+	for f, a := range answers {
 		for _, xf := range a.Xorbs {
 			i, ok := at[xf.Hash]
 			if !ok {
@@ -230,22 +237,25 @@ func mergeFetches(answers []*recon.Answer) []batchXorb {
 				xs = append(xs, batchXorb{hash: xf.Hash})
 			}
 			for k := range xf.Chunks {
-				xs[i].ranges = append(xs[i].ranges, batchRange{xf.Chunks[k], xf.Bytes[k]})
+				xs[i].ranges = append(xs[i].ranges, batchRange{xf.Chunks[k], xf.Bytes[k], f})
 			}
 		}
 	}
 	for i := range xs {
-		slices.SortFunc(xs[i].ranges, compareBatchRange)
-		xs[i].ranges = slices.Compact(xs[i].ranges)
+		slices.SortStableFunc(xs[i].ranges, compareBatchRange) // stable: files in request order
+		xs[i].ranges = slices.CompactFunc(xs[i].ranges, sameBatchRange)
 	}
 	return xs
 }
 
 // writeBatch writes the batch answer of ids (answers[i] is the plan of ids[i]), signing one
-// URL per fetch entry with sign. Terms and fetch entries are encoded by recon exactly as in the
-// single-file v1 answer. The answer is built in one buffer, handed to w whenever it passes
-// batchFlushAt bytes.
-func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign recon.Signer) error {
+// URL per fetch entry with sign, bound to the file the entry is of (sign.WithFile): an entry
+// several files share is bound to the first of them in request order, whose visibility alone
+// grants its bytes. Hiding that file revokes the entry; the batch as a whole is then 404 when
+// asked again, as for any hidden file in it. Terms and fetch entries are encoded by recon
+// exactly as in the single-file v1 answer. The answer is built in one buffer, handed to w
+// whenever it passes batchFlushAt bytes.
+func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign urlsign.Bound) error {
 	b := make([]byte, 0, batchFlushAt+4<<10)
 	var err error
 	flush := func() {
@@ -278,17 +288,20 @@ func writeBatch(w io.Writer, ids []hash.Hash, answers []*recon.Answer, sign reco
 		b = append(b, '"')
 		b = x.hash.AppendString(b)
 		b = append(b, `":[`...)
-		chunks, stored = chunks[:0], stored[:0]
-		for _, r := range x.ranges {
-			chunks, stored = append(chunks, r.chunks), append(stored, r.bytes)
-		}
-		for k := 0; k < len(chunks) && err == nil; k += batchFetchPiece {
-			hi := min(k+batchFetchPiece, len(chunks))
+		// Runs of entries of one file share a signer.
+		for k := 0; k < len(x.ranges) && err == nil; {
+			f := x.ranges[k].file
+			chunks, stored = chunks[:0], stored[:0]
+			hi := k
+			for ; hi < len(x.ranges) && hi-k < batchFetchPiece && x.ranges[hi].file == f; hi++ {
+				chunks, stored = append(chunks, x.ranges[hi].chunks), append(stored, x.ranges[hi].bytes)
+			}
 			if k > 0 {
 				b = append(b, ',')
 			}
-			b = recon.AppendFetchV1(b, sign, x.hash, chunks[k:hi], stored[k:hi])
+			b = recon.AppendFetchV1(b, sign.WithFile(ids[f]), x.hash, chunks, stored)
 			flush()
+			k = hi
 		}
 		b = append(b, ']')
 	}

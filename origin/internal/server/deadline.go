@@ -26,8 +26,8 @@ const DefaultDependencyTimeout = 10 * time.Second
 //   - an index call must return within the dependency timeout, except RegisterShard, which
 //     the index bounds itself (postgres.Options.WriteTimeout) because a queued registration
 //     must learn whether it committed;
-//   - an object store call must make progress within it: Put must read its body and finish,
-//     GetRange must return, and each Read of the returned body must return, each within the
+//   - an object store call must make progress within it: Put and Create must read their body
+//     and finish, Get and GetRange must return, and each Read of the returned body must return, each within the
 //     timeout of the previous step. Time spent writing to a slow client does not count.
 //
 // A call cut off this way fails with index.ErrUnavailable or objstore.ErrUnavailable: 503
@@ -178,6 +178,29 @@ func (b *boundedObjects) Put(ctx context.Context, key string, r io.Reader, size 
 	err := b.Objects.Put(w.ctx, key, progressReader{r, w}, size)
 	w.disarm()
 	return w.err(err)
+}
+
+func (b *boundedObjects) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	w := newWatchdog(ctx, b.d)
+	defer w.cancel()
+	err := b.Objects.Create(w.ctx, key, progressReader{r, w}, size)
+	w.disarm()
+	return w.err(err)
+}
+
+func (b *boundedObjects) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	w := newWatchdog(ctx, b.d)
+	rc, size, err := b.Objects.Get(w.ctx, key)
+	w.disarm()
+	if err != nil {
+		w.cancel()
+		return nil, 0, w.err(err)
+	}
+	if b.local { // its bodies do not use the context
+		w.cancel()
+		return rc, size, nil
+	}
+	return &watchedBody{rc: rc, w: w}, size, nil
 }
 
 // watchedBody arms the watchdog only while a Read waits on the store.

@@ -96,6 +96,15 @@ func (s *paceStore) Put(ctx context.Context, key string, r io.Reader, size int64
 	return nil
 }
 
+func (s *paceStore) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.Put(ctx, key, r, size)
+}
+
+func (s *paceStore) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	rc, err := s.GetRange(ctx, key, 0, int64(len(s.data)))
+	return rc, int64(len(s.data)), err
+}
+
 func (s *paceStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	return io.NopCloser(io.MultiReader(bytes.NewReader(s.data), ctxReader{ctx})), nil
 }
@@ -118,39 +127,68 @@ func TestBoundedObjects(t *testing.T) {
 			t.Fatalf("a put that keeps reading failed: %v", err)
 		}
 	})
-	t.Run("stalled put", func(t *testing.T) {
-		b := &boundedObjects{Objects: &paceStore{gap: d / 3, stall: true}, d: d}
-		start := time.Now()
-		err := b.Put(context.Background(), "k", strings.NewReader(body), int64(len(body)))
-		if !errors.Is(err, objstore.ErrUnavailable) {
-			t.Fatalf("a put that never finishes: %v, want objstore.ErrUnavailable", err)
-		}
-		if took := time.Since(start); took > 20*d {
-			t.Fatalf("stalled put failed after %v, bound %v", took, d)
+	t.Run("steady create", func(t *testing.T) {
+		b := &boundedObjects{Objects: &paceStore{gap: d / 3}, d: d}
+		if err := b.Create(context.Background(), "k", strings.NewReader(body), int64(len(body))); err != nil {
+			t.Fatalf("a create that keeps reading failed: %v", err)
 		}
 	})
-	t.Run("body", func(t *testing.T) {
-		b := &boundedObjects{Objects: &paceStore{data: []byte("abc")}, d: d}
-		rc, err := b.GetRange(context.Background(), "k", 0, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		// A consumer slower than d (a slow client downstream) is not the store's fault.
-		<-time.After(2 * d)
-		got := make([]byte, 3)
-		if _, err := io.ReadFull(rc, got); err != nil || string(got) != "abc" {
-			t.Fatalf("read after a pause: %q, %v", got, err)
-		}
-		// The store stalling mid-body is.
-		start := time.Now()
-		if _, err := rc.Read(got); !errors.Is(err, objstore.ErrUnavailable) {
-			t.Fatalf("stalled body: %v, want objstore.ErrUnavailable", err)
-		}
-		if took := time.Since(start); took > 20*d {
-			t.Fatalf("stalled body failed after %v, bound %v", took, d)
-		}
-	})
+	for _, write := range []string{"put", "create"} {
+		t.Run("stalled "+write, func(t *testing.T) {
+			b := &boundedObjects{Objects: &paceStore{gap: d / 3, stall: true}, d: d}
+			call := b.Put
+			if write == "create" {
+				call = b.Create
+			}
+			// The test's own bound, far above d: a call that is not bounded fails, not hangs.
+			ctx, cancel := context.WithTimeout(context.Background(), 50*d)
+			defer cancel()
+			start := time.Now()
+			err := call(ctx, "k", strings.NewReader(body), int64(len(body)))
+			if !errors.Is(err, objstore.ErrUnavailable) {
+				t.Fatalf("a %s that never finishes: %v, want objstore.ErrUnavailable", write, err)
+			}
+			if took := time.Since(start); took > 20*d {
+				t.Fatalf("stalled %s failed after %v, bound %v", write, took, d)
+			}
+		})
+	}
+	for _, get := range []string{"range", "whole"} {
+		t.Run("body "+get, func(t *testing.T) { testBoundedBody(t, d, get) })
+	}
+}
+
+// testBoundedBody checks a body returned by boundedObjects.GetRange ("range") or Get ("whole").
+func testBoundedBody(t *testing.T, d time.Duration, get string) {
+	b := &boundedObjects{Objects: &paceStore{data: []byte("abc")}, d: d}
+	// The test's own bound, far above d: a body that is not watched fails, not hangs.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*d)
+	defer cancel()
+	var rc io.ReadCloser
+	var err error
+	if get == "range" {
+		rc, err = b.GetRange(ctx, "k", 0, 3)
+	} else {
+		rc, _, err = b.Get(ctx, "k")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	// A consumer slower than d (a slow client downstream) is not the store's fault.
+	<-time.After(2 * d)
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(rc, got); err != nil || string(got) != "abc" {
+		t.Fatalf("read after a pause: %q, %v", got, err)
+	}
+	// The store stalling mid-body is.
+	start := time.Now()
+	if _, err := rc.Read(got); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("stalled body: %v, want objstore.ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 20*d {
+		t.Fatalf("stalled body failed after %v, bound %v", took, d)
+	}
 }
 
 // TestStalledDependencies puts proxies between the server and the real PostgreSQL and MinIO

@@ -36,10 +36,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// AdminHandler serves /metrics from g and /debug/pprof/ for the admin listener.
-func AdminHandler(g prometheus.Gatherer) http.Handler {
+// MetricsHandler serves the metrics of g (GET /metrics on the admin listener).
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// PprofHandler serves /debug/pprof/ and its profiles. It checks nothing: Admin puts it behind
+// an admin token.
+func PprofHandler() http.Handler {
 	m := http.NewServeMux()
-	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	m.HandleFunc("/debug/pprof/", pprof.Index)
 	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	m.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // NDJSON frames of POST /v2/shards (xet-protocol.md §2.7).
@@ -45,11 +46,7 @@ func resultFrame(inserted bool) []byte {
 // retryable (server-side trouble), and gives up otherwise (the shard is bad).
 func errorFrame(err error, status int) []byte {
 	retry := status >= 500 || status == http.StatusRequestTimeout
-	msg := err.Error()
-	if status == http.StatusInternalServerError {
-		msg = "internal error"
-	}
-	return encodeFrame(frame{Type: "error", Message: msg, Retryable: &retry})
+	return encodeFrame(frame{Type: "error", Message: httpapi.PublicMessage(status, err), Retryable: &retry})
 }
 
 type shardOutcome struct {

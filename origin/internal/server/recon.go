@@ -66,12 +66,14 @@ func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) er
 			s.m.reconParallel.Inc()
 		}
 	}
+	// The URLs are bound to this file and the token's scope: hiding the file revokes them.
+	sign := s.signer.Bind(claims(ctx).Scope, rec.Hash, s.signer.Expiry(0))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if v2 {
-		err = enc.WriteV2(w, a, s.signer)
+		err = enc.WriteV2(w, a, sign)
 	} else {
-		err = enc.WriteV1(w, a, s.signer)
+		err = enc.WriteV1(w, a, sign)
 	}
 	version := "v1"
 	if v2 {

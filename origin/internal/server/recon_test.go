@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/wire"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
@@ -308,6 +309,31 @@ func TestTransferRoute(t *testing.T) {
 		t.Fatalf("extra part: %v", err)
 	}
 	resp.Body.Close()
+	// Overlapping and repeated ranges are coalesced: 200 copies of both signed ranges (and
+	// sub-ranges of them) are answered as the two ranges, once each, in request order.
+	var many []string
+	for range 100 {
+		many = append(many, fmt.Sprintf("%d-%d,%d-%d", r1.Start, r1.End, r0.Start+1, r0.End), fmt.Sprintf("%d-%d", r0.Start, r0.End-1))
+	}
+	resp = e.fetch(u, "bytes="+strings.Join(many, ","))
+	body := expect(t, resp, 206)
+	_, params, _ = mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mr = multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for i, rg := range []rangeJSON{r1, r0} {
+		p, err := mr.NextPart()
+		if err != nil {
+			t.Fatalf("coalesced part %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("bytes %d-%d/%d", rg.Start, rg.End, len(obj)); p.Header.Get("Content-Range") != want {
+			t.Fatalf("coalesced part %d Content-Range %q, want %q", i, p.Header.Get("Content-Range"), want)
+		}
+	}
+	if _, err := mr.NextPart(); err != io.EOF {
+		t.Fatalf("coalesced answer: extra part: %v", err)
+	}
+	if span := r0.End - r0.Start + 1 + r1.End - r1.Start + 1; uint64(len(body)) > span+512 {
+		t.Fatalf("coalesced answer of %d bytes for a signed span of %d", len(body), span)
+	}
 
 	parsed, _ := url.Parse(u)
 	q := parsed.Query()
@@ -333,6 +359,7 @@ func TestTransferRoute(t *testing.T) {
 		{"tampered signature", tampered("s", strings.Repeat("A", len(q.Get("s")))), fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End), 403},
 		{"other xorb", strings.Replace(u, l.Hash.String(), hash.Chunk([]byte("x")).String(), 1), fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End), 403},
 		{"bad range", u, "bytes=x-y", 416},
+		{"more parts than signed ranges and than urlsign.MinParts", u, manyParts(urlsign.MinParts+1, r0.Start), 416},
 		{"past the object", u, fmt.Sprintf("bytes=%d-%d", len(obj)+10, len(obj)+20), 416},
 	}
 	for _, tc := range tests {
@@ -341,6 +368,16 @@ func TestTransferRoute(t *testing.T) {
 	// Expired: the same URL after its lifetime.
 	e.clock.Add(e.cfg.Auth.TransferURLTTL.D() + time.Second)
 	expect(t, e.fetch(u, fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End)), 403)
+}
+
+// manyParts is a Range header of n one-byte ranges two bytes apart from start (never coalesced).
+func manyParts(n int, start uint64) string {
+	specs := make([]string, n)
+	for i := range specs {
+		b := start + 2*uint64(i)
+		specs[i] = fmt.Sprintf("%d-%d", b, b)
+	}
+	return "bytes=" + strings.Join(specs, ",")
 }
 
 func termOf(l *xorb.Layout, a, b uint32) shardTerm {

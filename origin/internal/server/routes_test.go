@@ -265,7 +265,11 @@ type failingStore struct{}
 
 var errStoreDown = errors.New("test store: unavailable")
 
-func (failingStore) Put(context.Context, string, io.Reader, int64) error { return errStoreDown }
+func (failingStore) Put(context.Context, string, io.Reader, int64) error    { return errStoreDown }
+func (failingStore) Create(context.Context, string, io.Reader, int64) error { return errStoreDown }
+func (failingStore) Get(context.Context, string) (io.ReadCloser, int64, error) {
+	return nil, 0, errStoreDown
+}
 func (failingStore) GetRange(context.Context, string, int64, int64) (io.ReadCloser, error) {
 	return nil, errStoreDown
 }

@@ -8,7 +8,7 @@
 //	client ─┬─ /v1/xorbs, /v1|v2/shards ──────────► ingest.Service ─► objects, then index
 //	        ├─ /v1|v2/reconstructions, /v1/files ─► index.File ─► recon.Plan ─► recon.Encoder
 //	        ├─ /v1/chunks ────────────────────────► index.DedupXorbs ─► shard.DedupAnswer
-//	        └─ /v1/transfer/xorbs (signed URL) ───► objects.GetRange
+//	        └─ /v1/transfer/xorbs (signed URL) ───► index.File (visible?) ─► objects.GetRange
 //	edge ───── /internal/v1/... (edge token) ─────► index, objects, key set
 package server
 

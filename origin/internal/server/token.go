@@ -12,7 +12,8 @@ import (
 // hubToken: GET /api/{models|datasets|spaces}/{namespace}/{name}/xet-{read|write}-token/{rev}
 // — the Hub-compatible token route (xet-protocol.md §3.1) that hf_xet's token_refresh_url and
 // huggingface.js call. The bearer token must cover the access asked for in scope
-// "{type}/{namespace}/{name}"; the answer is a short-lived CAS token for that scope:
+// "{type}/{namespace}/{name}" and be a client token (read or write: never edge or admin);
+// the answer is a short-lived CAS token for that scope:
 // {"casUrl", "exp", "accessToken"}, casUrl being the origin for writes and the edge for reads.
 func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	typ := r.PathValue("type")
@@ -38,6 +39,11 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 		c, err := s.tokens.VerifyRequest(r)
 		if err != nil {
 			return err
+		}
+		// An edge token reads every scope on the internal API; it must not turn into a client
+		// token for any scope here. Only a client's own token is exchanged.
+		if !c.Access.Client() {
+			return fmt.Errorf("%w: a %s token cannot obtain client tokens", auth.ErrInsufficient, c.Access)
 		}
 		if err := c.Allow(scope, need); err != nil {
 			return err

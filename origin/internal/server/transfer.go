@@ -1,32 +1,42 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 )
 
-// transfer: GET /v1/transfer/xorbs/default/{hash}?r=…&x=…&s=… — the signed transfer route
-// (xet-protocol.md §2.10). No Authorization: the URL is the credential. Every requested range
-// must lie inside the signed set (403 otherwise, also when expired or tampered). One range →
-// 206 with exactly those bytes; several → 206 multipart/byteranges, one part per requested
-// range, in request order; no Range → the whole object, if the signed set covers it.
+// transfer: GET /v1/transfer/xorbs/default/{hash}?f=…&c=…&r=…&x=…&s=… — the signed transfer
+// route (xet-protocol.md §2.10). No Authorization: the URL is the credential, and it is only
+// good while the file it was issued for is visible in its scope (403 once hidden, also when
+// expired or tampered). Every requested range must lie inside the signed set (403 otherwise);
+// overlapping or adjacent ranges are coalesced, and a request that would still make more parts
+// than the URL has signed ranges (and more than urlsign.MinParts) is 416 (urlsign.Parts), so
+// that one URL never answers more than its signed span. One part → 206 with exactly those
+// bytes; several → 206 multipart/byteranges, one part per (coalesced) range, in request order;
+// no Range → the whole object, if the signed set covers it.
 func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
-	xh, signed, err := s.signer.VerifyRequest(r, s.now())
+	g, err := s.signer.VerifyRequest(r, s.now())
 	if err != nil {
 		return err
 	}
 	ctx := r.Context()
-	size64, err := s.idx.XorbSize(ctx, xh)
+	if err := s.granted(ctx, g); err != nil {
+		return err
+	}
+	xh := g.Xorb
+	size, err := s.idx.XorbSize(ctx, xh)
 	if err != nil {
 		return err
 	}
-	size := size64
 	var want []httprange.ByteRange
 	hdr := r.Header.Get("Range")
 	if hdr == "" {
@@ -36,19 +46,12 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		want = make([]httprange.ByteRange, len(rs))
-		for i, q := range rs {
-			if want[i], err = q.Resolve(size); err != nil {
-				return err
-			}
+		if want, err = httprange.ResolveAll(rs, size); err != nil {
+			return err
 		}
 	}
-	closed := make([]httprange.Range, len(want))
-	for i, b := range want {
-		closed[i] = httprange.Range{Kind: httprange.Closed, Start: b.Start, End: b.End}
-	}
-	if !urlsign.Allowed(signed, closed) {
-		return fmt.Errorf("%w: requested ranges are outside the signed set", urlsign.ErrDenied)
+	if want, err = urlsign.Parts(g.Ranges, want); err != nil {
+		return err
 	}
 	key := ingest.XorbKey(xh)
 	// Open the first range before answering, so a store failure is still a clean 503.
@@ -107,4 +110,18 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) error {
 	}
 	_, err = io.WriteString(w, httprange.MultipartClosing(boundary))
 	return err
+}
+
+// granted checks that the file g was issued for is still visible in g's scope: from the index's
+// cached visibility answers (index.FileCache: dropped at once by a Hide through this origin,
+// trusted for index.DefaultVisibilityTTL otherwise), so a warm URL costs no index round trip.
+// A hidden file's URLs are refused with urlsign.ErrRevoked (403).
+func (s *Server) granted(ctx context.Context, g urlsign.Grant) error {
+	if _, err := s.idx.File(ctx, g.File, g.Scope); err != nil {
+		if errors.Is(err, index.ErrNotFound) || errors.Is(err, index.ErrInvalid) {
+			return fmt.Errorf("%w: file %s is not visible in the scope the URL was issued for", urlsign.ErrRevoked, g.File)
+		}
+		return err
+	}
+	return nil
 }

@@ -155,7 +155,7 @@ func (s *Server) postShardV2(w http.ResponseWriter, r *http.Request) error {
 	}
 	if res.err != nil {
 		status, _ := s.errs.Status(res.err)
-		if status == http.StatusInternalServerError {
+		if status >= http.StatusInternalServerError {
 			s.log.ErrorContext(r.Context(), "shard registration failed", "request_id",
 				httpapi.RequestID(r.Context()), "err", res.err)
 		}

@@ -6,7 +6,7 @@
 // With -metrics (the origin's admin /metrics URL) it also reports the validation seconds the
 // origin recorded (xet_origin_ingest_validation_seconds) against the request seconds; with
 // -profile FILE it saves a CPU profile of the origin taken during the run (admin
-// /debug/pprof/profile) for `go tool pprof`.
+// /debug/pprof/profile, which needs an admin token: -admin-token) for `go tool pprof`.
 //
 // Mode "shards" uploads a pool of -pool-xorbs small xorbs once, then registers -n distinct
 // upload shards of -files files of -terms terms each, -concurrency at a time, with POST
@@ -51,6 +51,7 @@ import (
 
 type config struct {
 	url, wtok, mode, metrics, profile string
+	adminTok                          string
 	dbComm                            string
 	insecure                          bool
 	seed                              uint64
@@ -70,6 +71,7 @@ func main() {
 	flag.IntVar(&c.serverPID, "server-pid", 0, "origin process id, for its CPU time from /proc")
 	flag.StringVar(&c.metrics, "metrics", "", "origin admin /metrics URL (validation seconds)")
 	flag.StringVar(&c.profile, "profile", "", "save a CPU profile of the origin during the run to FILE.1, FILE.2, ... (needs -metrics)")
+	flag.StringVar(&c.adminTok, "admin-token", "", "admin token for -profile (xet-origin token --access admin)")
 	flag.StringVar(&c.dbComm, "db-comm", "", "also report the CPU time of all processes with this command name (e.g. postgres)")
 	flag.IntVar(&c.n, "n", 0, "uploads (default 16 xorbs or 2000 shards)")
 	flag.IntVar(&c.concurrency, "concurrency", 4, "concurrent uploads")
@@ -275,7 +277,7 @@ func startProfile(ctx context.Context, c *config, admin *http.Client) (stop func
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- profile(ctx, admin, strings.TrimSuffix(c.metrics, "/metrics"), c.profile) }()
+	go func() { done <- profile(ctx, admin, strings.TrimSuffix(c.metrics, "/metrics"), c.adminTok, c.profile) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -287,12 +289,13 @@ func startProfile(ctx context.Context, c *config, admin *http.Client) (stop func
 // profile saves a CPU profile of the origin from its admin listener until ctx is done (at most
 // 120 s). pprof's profile endpoint takes a duration up front, so the profile is asked for in
 // 2-second slices and the slices are saved as FILE.1, FILE.2, ... for `go tool pprof` to merge.
-func profile(ctx context.Context, c *http.Client, admin, file string) error {
+func profile(ctx context.Context, c *http.Client, admin, tok, file string) error {
 	for i := 1; i <= 60 && ctx.Err() == nil; i++ {
 		req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, admin+"/debug/pprof/profile?seconds=2", nil)
 		if err != nil {
 			return err
 		}
+		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := c.Do(req)
 		if err != nil {
 			return err

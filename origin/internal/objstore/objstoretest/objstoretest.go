@@ -35,6 +35,9 @@ func Run(t *testing.T, newStore Factory) {
 		{"Overwrite", testOverwrite},
 		{"NestedKeys", testNestedKeys},
 		{"ConcurrentPutSameKey", testConcurrentPut},
+		{"Create", testCreate},
+		{"CreateFailed", testCreateFailed},
+		{"ConcurrentCreateSameKey", testConcurrentCreate},
 		{"ShortBody", testShortBody},
 		{"LongBody", testLongBody},
 		{"ReaderError", testReaderError},
@@ -266,6 +269,107 @@ func testConcurrentPut(t *testing.T, s objstore.ObjectStore) {
 	t.Fatalf("after concurrent Puts the object (%d bytes) is none of the contents written", len(got))
 }
 
+// Create stores a new object and never replaces one: a second Create of the key, whatever its
+// body and size (small, or big enough that the service may answer before reading it), fails
+// with ErrExists and leaves the first object as it was. Put still replaces.
+func testCreate(t *testing.T, s objstore.ObjectStore) {
+	ctx := context.Background()
+	key := "xorbs/default/create"
+	first := Data(1, 70_000)
+	if err := s.Create(ctx, key, bytes.NewReader(first), int64(len(first))); err != nil {
+		t.Fatalf("Create of a new key: %v", err)
+	}
+	if got := mustGet(t, s, key); !bytes.Equal(got, first) {
+		t.Fatalf("after Create: %d bytes differ from the %d created", len(got), len(first))
+	}
+	for _, n := range []int{0, 10, 70_000, 5 << 20} {
+		other := Data(2, n)
+		err := s.Create(ctx, key, bytes.NewReader(other), int64(n))
+		if !errors.Is(err, objstore.ErrExists) {
+			t.Fatalf("Create of an existing key with %d bytes: err = %v, want ErrExists", n, err)
+		}
+		if got := mustGet(t, s, key); !bytes.Equal(got, first) {
+			t.Fatalf("Create refused with %d bytes changed the object: %d bytes, want the first %d", n, len(got), len(first))
+		}
+	}
+	second := Data(3, 500)
+	put(t, s, key, second)
+	if got := mustGet(t, s, key); !bytes.Equal(got, second) {
+		t.Fatalf("Put after Create did not replace the object")
+	}
+	if err := s.Create(ctx, "xorbs/default/create-empty", bytes.NewReader(nil), 0); err != nil {
+		t.Fatalf("Create of an empty object: %v", err)
+	}
+	if err := s.Create(ctx, "xorbs/default/create-empty", bytes.NewReader(nil), 0); !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("second Create of an empty object: err = %v, want ErrExists", err)
+	}
+}
+
+// A Create that fails (short body, cancelled) leaves nothing, and the key can be created after.
+func testCreateFailed(t *testing.T, s objstore.ObjectStore) {
+	ctx := context.Background()
+	key := "xorbs/default/create-failed"
+	data := Data(4, 100_000)
+	if err := s.Create(ctx, key, bytes.NewReader(data[:1000]), int64(len(data))); !errors.Is(err, objstore.ErrSize) {
+		t.Fatalf("short Create: err = %v, want ErrSize", err)
+	}
+	wantMissing(t, s, key)
+	cctx, cancel := context.WithCancel(ctx)
+	r := &cancellingReader{data: data, after: len(data) / 2, cancel: cancel}
+	if err := s.Create(cctx, key, r, int64(len(data))); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Create: err = %v, want context.Canceled", err)
+	}
+	cancel()
+	wantMissing(t, s, key)
+	if err := s.Create(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatalf("Create after failed ones: %v", err)
+	}
+	if got := mustGet(t, s, key); !bytes.Equal(got, data) {
+		t.Fatalf("after Create: object differs")
+	}
+}
+
+// Of concurrent Creates of one key with different contents exactly one succeeds, the others
+// fail with ErrExists, and the object is the winner's bytes, whole.
+func testConcurrentCreate(t *testing.T, s objstore.ObjectStore) {
+	const writers, rounds = 8, 3
+	for round := range rounds {
+		key := fmt.Sprintf("xorbs/default/create-contended-%d", round)
+		contents := make([][]byte, writers)
+		for i := range contents {
+			contents[i] = Data(uint64(round*writers+i), 64<<10+i*3000)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, writers)
+		start := make(chan struct{})
+		for i := range writers {
+			wg.Go(func() {
+				<-start
+				errs[i] = s.Create(context.Background(), key, bytes.NewReader(contents[i]), int64(len(contents[i])))
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && winner >= 0:
+				t.Fatalf("round %d: writers %d and %d both created the key", round, winner, i)
+			case err == nil:
+				winner = i
+			case !errors.Is(err, objstore.ErrExists):
+				t.Fatalf("round %d: writer %d: err = %v, want nil or ErrExists", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no writer created the key", round)
+		}
+		if got := mustGet(t, s, key); !bytes.Equal(got, contents[winner]) {
+			t.Fatalf("round %d: the object (%d bytes) is not the winner's %d bytes", round, len(got), len(contents[winner]))
+		}
+	}
+}
+
 func testShortBody(t *testing.T, s objstore.ObjectStore) {
 	for _, tc := range []struct {
 		name      string
@@ -395,6 +499,9 @@ func testBadKeys(t *testing.T, s objstore.ObjectStore) {
 	} {
 		if err := s.Put(ctx, key, bytes.NewReader([]byte("x")), 1); !errors.Is(err, objstore.ErrKey) {
 			t.Errorf("Put(%q): err = %v, want ErrKey", key, err)
+		}
+		if err := s.Create(ctx, key, bytes.NewReader([]byte("x")), 1); !errors.Is(err, objstore.ErrKey) {
+			t.Errorf("Create(%q): err = %v, want ErrKey", key, err)
 		}
 		if _, _, err := s.Get(ctx, key); !errors.Is(err, objstore.ErrKey) {
 			t.Errorf("Get(%q): err = %v, want ErrKey", key, err)
