@@ -25,6 +25,8 @@
 //
 //	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at
 //
+//	possession      (scope, xorb) PK                               RecordPossession, Possessed
+//
 // A shard body is kept inline in its shard row when the caller passes it in the Registration
 // (ingest does so up to a size threshold, see docs/decisions.md): it is then durable with the
 // registration's one commit, and no object store write is needed for it.
@@ -33,6 +35,10 @@
 // transaction, so a reference can only ever point at a row committed with it or before it.
 // Everything is immutable except visibility rows, which Hide deletes (and RegisterShard of a shard
 // under a scope adds again).
+//
+// A possession row says that a writer of scope uploaded the xorb's bytes itself (a validated
+// POST, new or already stored); ingest requires one where a hash alone would let a shard claim
+// the bytes (docs/security.md, "What a hash grants"). Possession rows are never deleted.
 //
 // # Concurrency
 //
@@ -119,6 +125,14 @@ type Index interface {
 	// DedupXorbs returns the xorbs of the shard that first registered chunk as a dedup entry,
 	// in that shard's order, or ErrNotFound.
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
+	// RecordPossession records that a writer of scope uploaded xorb (validated, new or already
+	// stored), so that scope may reference it where a hash alone is no proof of holding its
+	// bytes. It is idempotent.
+	RecordPossession(ctx context.Context, scope string, xorb hash.Hash) error
+	// Possessed returns the xorbs of hs that scope has a possession record for, as a set, in
+	// one round trip for up to a few hundred hashes (each a primary-key probe). Duplicates are
+	// allowed.
+	Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error)
 	// Hide revokes the visibility of files in scope (all of the scope's files when files is
 	// empty) and appends one Event, in one transaction. Hiding what is not visible is no error.
 	Hide(ctx context.Context, scope string, files []hash.Hash) error

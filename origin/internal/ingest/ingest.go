@@ -56,6 +56,9 @@ type Objects interface {
 	Create(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get returns the whole object and its size. The caller closes the reader.
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	// GetRange returns the n bytes of key from offset off. The caller closes the reader
+	// (possession proofs read stored chunks).
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 }
 
 // Index is the part of the index ingest uses.
@@ -64,6 +67,8 @@ type Index interface {
 	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
 	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 	RegisterShard(ctx context.Context, r *index.Registration) (bool, error)
+	RecordPossession(ctx context.Context, scope string, xorb hash.Hash) error
+	Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error)
 }
 
 var _ Index = index.Index(nil)

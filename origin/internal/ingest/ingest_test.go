@@ -16,7 +16,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-func newService(t *testing.T) (*Service, index.Index, objstore.ObjectStore) {
+func newService(t testing.TB) (*Service, index.Index, objstore.ObjectStore) {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "i.db")})
@@ -59,19 +59,31 @@ func TestPutXorb(t *testing.T) {
 	svc, db, st := newService(t)
 	body, l, _ := oneXorbFile(t)
 	ctx := context.Background()
-	if _, err := svc.PutXorb(ctx, "other", l.Hash, body); !errors.Is(err, ErrBadPrefix) {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", "other", l.Hash, body); !errors.Is(err, ErrBadPrefix) {
 		t.Fatalf("bad prefix: %v", err)
 	}
-	if _, err := svc.PutXorb(ctx, Prefix, hash.Chunk([]byte("x")), body); !errors.Is(err, xorb.ErrHashMismatch) {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", Prefix, hash.Chunk([]byte("x")), body); !errors.Is(err, xorb.ErrHashMismatch) {
 		t.Fatalf("mismatch: %v", err)
 	}
 	if _, err := st.Stat(ctx, XorbKey(l.Hash)); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("rejected xorb stored: %v", err)
 	}
+	if held, err := db.Possessed(ctx, "models/acme/a", []hash.Hash{l.Hash}); err != nil || len(held) != 0 {
+		t.Fatalf("a rejected upload recorded possession: %v %v", held, err)
+	}
 	for i, want := range []bool{true, false} {
-		ins, err := svc.PutXorb(ctx, Prefix, l.Hash, body)
+		ins, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body)
 		if err != nil || ins != want {
 			t.Fatalf("put %d: inserted %v, %v", i, ins, err)
+		}
+	}
+	// Possession is recorded for the new upload and for the one that found the xorb stored.
+	if _, err := svc.PutXorb(ctx, "models/acme/b", Prefix, l.Hash, body); err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"models/acme/a", "models/acme/b"} {
+		if held, err := db.Possessed(ctx, scope, []hash.Hash{l.Hash}); err != nil || !held[l.Hash] {
+			t.Fatalf("possession of %s: %v %v", scope, held, err)
 		}
 	}
 	size, err := db.XorbSize(ctx, l.Hash)
@@ -89,7 +101,7 @@ func TestRegisterShardProgress(t *testing.T) {
 	svc, db, st := newService(t)
 	body, l, s := oneXorbFile(t)
 	ctx := context.Background()
-	if _, err := svc.PutXorb(ctx, Prefix, l.Hash, body); err != nil {
+	if _, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body); err != nil {
 		t.Fatal(err)
 	}
 	big := *s

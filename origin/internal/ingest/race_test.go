@@ -117,7 +117,7 @@ func TestPutXorbEncodingRace(t *testing.T) {
 			if (round+i)%2 == 1 {
 				s = replica
 			}
-			wg.Go(func() { _, errs[i] = s.PutXorb(ctx, Prefix, h, bodies[i]) })
+			wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, bodies[i]) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -154,7 +154,7 @@ func TestPutXorbOrphan(t *testing.T) {
 				t.Fatal(err)
 			}
 			next := bodies[(i+1)%len(bodies)]
-			ins, err := svc.PutXorb(ctx, Prefix, h, next)
+			ins, err := svc.PutXorb(ctx, "models/acme/race", Prefix, h, next)
 			if err != nil || !ins {
 				t.Fatalf("upload over the orphan: inserted %v, %v", ins, err)
 			}
@@ -162,7 +162,7 @@ func TestPutXorbOrphan(t *testing.T) {
 				t.Fatalf("the orphan was replaced (%d bytes, had %d)", len(got), len(orphan))
 			}
 			checkServable(t, db, st, h, chunks)
-			if ins, err := svc.PutXorb(ctx, Prefix, h, next); err != nil || ins {
+			if ins, err := svc.PutXorb(ctx, "models/acme/race", Prefix, h, next); err != nil || ins {
 				t.Fatalf("upload again: inserted %v, %v", ins, err)
 			}
 		})
@@ -199,7 +199,7 @@ func TestPutXorbStoredCorrupt(t *testing.T) {
 			if err := st.Put(ctx, XorbKey(h), bytes.NewReader(c.obj), int64(len(c.obj))); err != nil {
 				t.Fatal(err)
 			}
-			_, err := svc.PutXorb(ctx, Prefix, h, bodies[0])
+			_, err := svc.PutXorb(ctx, "models/acme/race", Prefix, h, bodies[0])
 			if !errors.Is(err, ErrStoredCorrupt) {
 				t.Fatalf("err = %v, want ErrStoredCorrupt", err)
 			}

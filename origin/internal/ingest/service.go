@@ -114,10 +114,20 @@ func New(o Options) *Service {
 // the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order and
 // without a lock. A stored object that does not validate is ErrStoredCorrupt.
 //
+// Once the xorb is stored (new or not), PutXorb records that scope holds it
+// (index.Index.RecordPossession), which RegisterShard requires of scopes referencing
+// single-chunk xorbs.
+//
 // Errors wrap ErrBadPrefix, the xorb package's sentinels (bad body, ErrHashMismatch,
 // ErrTooLarge), ErrStoredCorrupt, or the store's and index's.
-func (s *Service) PutXorb(ctx context.Context, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
+func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash, body []byte) (inserted bool, err error) {
 	defer func() { s.count(s.xorbs, inserted, err) }()
+	// Runs first of the defers: only a validated, stored xorb earns a possession record.
+	defer func() {
+		if err == nil {
+			err = s.recordPossession(ctx, scope, h)
+		}
+	}()
 	if prefix != Prefix {
 		return false, fmt.Errorf("%w: %q", ErrBadPrefix, prefix)
 	}
@@ -151,6 +161,13 @@ func (s *Service) PutXorb(ctx context.Context, prefix string, h hash.Hash, body 
 	}
 	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
 	return ins, nil
+}
+
+func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Hash) error {
+	if err := s.idx.RecordPossession(ctx, scope, h); err != nil {
+		return fmt.Errorf("xorb %s: %w", h, err)
+	}
+	return nil
 }
 
 // indexed reports whether the index has the xorb h.
@@ -245,7 +262,7 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	if err != nil {
 		return false, err
 	}
-	files, err := s.check(ctx, sh, progress)
+	files, err := s.check(ctx, scope, sh, progress)
 	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return false, err

@@ -75,6 +75,17 @@ func (b *boundedIndex) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Ha
 	return bound(ctx, b.d, "index", func(ctx context.Context) (map[hash.Hash]*xorb.Layout, error) { return b.Index.Layouts(ctx, hs) })
 }
 
+func (b *boundedIndex) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	_, err := bound(ctx, b.d, "index", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, b.Index.RecordPossession(ctx, scope, x)
+	})
+	return err
+}
+
+func (b *boundedIndex) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	return bound(ctx, b.d, "index", func(ctx context.Context) (map[hash.Hash]bool, error) { return b.Index.Possessed(ctx, scope, hs) })
+}
+
 func (b *boundedIndex) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	return bound(ctx, b.d, "index", func(ctx context.Context) (*recon.FileRecord, error) { return b.Index.File(ctx, h, scope) })
 }

@@ -30,6 +30,16 @@ func (stalledIndex) XorbSize(ctx context.Context, _ hash.Hash) (uint64, error) {
 	return 0, ctx.Err()
 }
 
+func (stalledIndex) RecordPossession(ctx context.Context, _ string, _ hash.Hash) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (stalledIndex) Possessed(ctx context.Context, _ string, _ []hash.Hash) (map[hash.Hash]bool, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
 func TestBoundedIndex(t *testing.T) {
 	const d = 50 * time.Millisecond
 	b := newBoundedIndex(stalledIndex{}, d)
@@ -40,6 +50,13 @@ func TestBoundedIndex(t *testing.T) {
 	}
 	if took := time.Since(start); took > 20*d {
 		t.Fatalf("stalled index answered after %v, bound %v", took, d)
+	}
+	// The possession calls of ingest and the dedup route are bounded too.
+	if err := b.RecordPossession(context.Background(), "s", hash.Hash{}); !errors.Is(err, index.ErrUnavailable) {
+		t.Fatalf("stalled RecordPossession: %v, want index.ErrUnavailable", err)
+	}
+	if _, err := b.Possessed(context.Background(), "s", []hash.Hash{{}}); !errors.Is(err, index.ErrUnavailable) {
+		t.Fatalf("stalled Possessed: %v, want index.ErrUnavailable", err)
 	}
 	// The caller leaving is not the dependency's fault.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
 
@@ -13,6 +16,12 @@ import (
 // (xet-protocol.md §2.4, §8.6). The answer is a footer-bearing shard with an empty file section,
 // the xorbs of the shard that registered the chunk, chunk hashes keyed with the origin's dedup
 // key, and an expiry DedupExpiry ahead. Unknown chunks are 404.
+//
+// Single-chunk xorbs the token's scope does not hold (index.Index.Possessed) are left out:
+// their hash is their chunk hash, so offering one would hand over the unkeyed chunk hash, and
+// ingest would refuse a shard referencing it anyway (ingest.Service.checkPossession). The
+// client then uploads those bytes itself, which records possession. An answer left with no
+// xorb is the same 404 as an unknown chunk.
 func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	switch p := r.PathValue("prefix"); p {
 	case "default", "default-merkledb":
@@ -24,19 +33,37 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
+	noEntry := fmt.Errorf("%w: no dedup entry for chunk %s", index.ErrNotFound, chunk)
 	xs, err := s.idx.DedupXorbs(ctx, chunk)
-	if err != nil {
+	if errors.Is(err, index.ErrNotFound) {
+		return noEntry
+	} else if err != nil {
 		return err
 	}
 	layouts, err := s.idx.Layouts(ctx, xs)
 	if err != nil {
 		return err
 	}
+	var single []hash.Hash
+	for _, xh := range xs {
+		if l, ok := layouts[xh]; ok && l.NumChunks() == 1 {
+			single = append(single, xh)
+		}
+	}
+	held := map[hash.Hash]bool{}
+	if len(single) > 0 {
+		if held, err = s.idx.Possessed(ctx, claims(ctx).Scope, single); err != nil {
+			return err
+		}
+	}
 	blocks := make([]shard.Xorb, 0, len(xs))
 	for _, xh := range xs {
 		l, ok := layouts[xh]
 		if !ok {
 			return fmt.Errorf("dedup entry %s names xorb %s without a layout", chunk, xh)
+		}
+		if l.NumChunks() == 1 && !held[xh] {
+			continue
 		}
 		x := shard.Xorb{Hash: xh, RawBytes: l.RawLen(), Chunks: make([]shard.XorbChunk, l.NumChunks())}
 		var start uint32
@@ -48,6 +75,9 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 			start = l.RawEnds[j]
 		}
 		blocks = append(blocks, x)
+	}
+	if len(blocks) == 0 {
+		return noEntry
 	}
 	now := s.now()
 	ans := shard.DedupAnswer(blocks, s.keys.Dedup, now, now.Add(s.cfg.Auth.DedupExpiry.D()))

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -63,7 +65,7 @@ func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
-	inserted, err := s.ingest.PutXorb(r.Context(), prefix, h, body)
+	inserted, err := s.ingest.PutXorb(r.Context(), claims(r.Context()).Scope, prefix, h, body)
 	if err != nil {
 		return err
 	}
@@ -71,7 +73,10 @@ func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// headXorb: HEAD /v1/xorbs/{prefix}/{hash} → Content-Length = stored object size.
+// headXorb: HEAD /v1/xorbs/{prefix}/{hash} → Content-Length = stored object size, for the
+// xorbs the token's scope uploaded itself (index.Index.Possessed); any other xorb is 404,
+// stored or not. No stock client sends this request; answering it for any hash would tell every
+// reader whether some content is stored, and its stored size.
 func (s *Server) headXorb(w http.ResponseWriter, r *http.Request) error {
 	h, err := pathHash(r, "hash")
 	if err != nil {
@@ -80,8 +85,18 @@ func (s *Server) headXorb(w http.ResponseWriter, r *http.Request) error {
 	if p := r.PathValue("prefix"); p != ingest.Prefix {
 		return fmt.Errorf("%w: %q", ingest.ErrBadPrefix, p)
 	}
-	size, err := s.idx.XorbSize(r.Context(), h)
+	notFound := fmt.Errorf("%w: xorb %s", index.ErrNotFound, h)
+	held, err := s.idx.Possessed(r.Context(), claims(r.Context()).Scope, []hash.Hash{h})
 	if err != nil {
+		return err
+	}
+	if !held[h] {
+		return notFound
+	}
+	size, err := s.idx.XorbSize(r.Context(), h)
+	if errors.Is(err, index.ErrNotFound) {
+		return notFound
+	} else if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Length", strconv.FormatUint(size, 10))

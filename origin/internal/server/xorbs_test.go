@@ -33,8 +33,10 @@ func testXorbUpload(t *testing.T, b backend) {
 	if err := json.Unmarshal(expect(t, e.do("POST", "/v1/xorbs/default/"+h, w, f.xorbs[0]), 200), &got); err != nil || got.WasInserted == nil || *got.WasInserted {
 		t.Fatalf("second upload: %+v %v", got, err)
 	}
-	resp := e.do("HEAD", "/v1/xorbs/default/"+h, e.token("x", auth.Read), nil)
+	resp := e.do("HEAD", "/v1/xorbs/default/"+h, e.token("models/a/b", auth.Read), nil)
 	expect(t, resp, 200)
+	// Another scope did not upload it: to it the xorb does not exist (docs/security.md).
+	expect(t, e.do("HEAD", "/v1/xorbs/default/"+h, e.token("x", auth.Read), nil), 404)
 	want := len(f.xorbs[0]) + xorb.FooterLen(20) + 4
 	if resp.Header.Get("Content-Length") != strconv.Itoa(want) {
 		t.Fatalf("HEAD Content-Length %s, want %d", resp.Header.Get("Content-Length"), want)

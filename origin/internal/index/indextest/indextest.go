@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},
+		{"Possession", testPossession},
 		{"Invalid", testInvalid},
 		{"Canceled", testCanceled},
 		{"Close", testClose},
@@ -762,6 +763,65 @@ func testConcurrentShardBodies(t *testing.T, ix index.Index) {
 	}
 }
 
+// testPossession: possession is per (scope, xorb), idempotent, safe to record concurrently,
+// and Possessed answers exactly the recorded subset of any number of hashes.
+func testPossession(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(14)
+	const a, b = "models/acme/a", "models/acme/b"
+	xs := g.Hashes(1200) // more than one IN list of the SQLite implementation
+	if got, err := ix.Possessed(ctx, a, xs[:3]); err != nil || len(got) != 0 {
+		t.Fatalf("Possessed before any record = %v, %v; want none", got, err)
+	}
+	if got, err := ix.Possessed(ctx, a, nil); err != nil || len(got) != 0 {
+		t.Fatalf("Possessed(nil) = %v, %v; want none", got, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*3)
+	for range 8 { // the same rows from several writers at once
+		wg.Go(func() {
+			errs <- ix.RecordPossession(ctx, a, xs[0])
+			errs <- ix.RecordPossession(ctx, b, xs[1])
+			errs <- ix.RecordPossession(ctx, a, xs[1])
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("RecordPossession: %v", err)
+		}
+	}
+	for i := 2; i < len(xs); i += 2 {
+		if err := ix.RecordPossession(ctx, a, xs[i]); err != nil {
+			t.Fatalf("RecordPossession %d: %v", i, err)
+		}
+	}
+	ask := append(slices.Clone(xs), xs[0], xs[3]) // duplicates are allowed
+	got, err := ix.Possessed(ctx, a, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range xs {
+		if want := i == 1 || i%2 == 0; got[x] != want {
+			t.Fatalf("Possessed(%s)[%d] = %v, want %v", a, i, got[x], want)
+		}
+	}
+	if len(got) != len(xs)/2+1 {
+		t.Fatalf("Possessed(%s) has %d entries, want %d", a, len(got), len(xs)/2+1)
+	}
+	got, err = ix.Possessed(ctx, b, xs[:3])
+	if err != nil || len(got) != 1 || !got[xs[1]] {
+		t.Fatalf("Possessed(%s) = %v, %v; want only %s", b, got, err, xs[1])
+	}
+	// Scopes are compared exactly: neither a prefix nor another case holds anything.
+	for _, other := range []string{"models/acme", "models/acme/A", a + " "} {
+		if got, err := ix.Possessed(ctx, other, xs[:3]); err != nil || len(got) != 0 {
+			t.Errorf("Possessed(%q) = %v, %v; want none", other, got, err)
+		}
+	}
+}
+
 func testInvalid(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
 	g := NewGen(11)
@@ -777,6 +837,9 @@ func testInvalid(t *testing.T, ix index.Index) {
 		if ins, err := ix.RegisterShard(ctx, r); !errors.Is(err, index.ErrInvalid) || ins {
 			t.Errorf("RegisterShard(%s) = %v, %v; want ErrInvalid", name, ins, err)
 		}
+	}
+	if err := ix.RecordPossession(ctx, "", g.Hash()); !errors.Is(err, index.ErrInvalid) {
+		t.Errorf("RecordPossession with empty scope: %v, want ErrInvalid", err)
 	}
 	if err := ix.Hide(ctx, "", nil); !errors.Is(err, index.ErrInvalid) {
 		t.Errorf("Hide with empty scope: %v, want ErrInvalid", err)
@@ -834,6 +897,8 @@ func testClose(t *testing.T, ix index.Index) {
 	_, checks["DedupXorbs"] = ix.DedupXorbs(ctx, r.Dedup[0])
 	_, checks["Events"] = ix.Events(ctx, 0, 1)
 	checks["Hide"] = ix.Hide(ctx, "s", nil)
+	checks["RecordPossession"] = ix.RecordPossession(ctx, "s", g.Hash())
+	_, checks["Possessed"] = ix.Possessed(ctx, "s", []hash.Hash{g.Hash()})
 	checks["Ping"] = ix.Ping(ctx)
 	for name, err := range checks {
 		if !errors.Is(err, index.ErrUnavailable) {

@@ -23,13 +23,14 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		`INSERT INTO shards(hash, scope, xorbs) SELECT sha256(i::text::bytea), 'models/s/' || (i % 1000), '' FROM generate_series(1, $1) i`,
 		`INSERT INTO dedup SELECT sha256((-i)::text::bytea), sha256(i::text::bytea) FROM generate_series(1, $1) i`,
 		`INSERT INTO events(scope) SELECT 'models/s/' || (i % 1000) FROM generate_series(1, $1) i`,
+		`INSERT INTO possession SELECT 'models/s/' || (i % 1000), sha256(i::text::bytea) FROM generate_series(1, $1) i`,
 	}
 	for _, q := range fill {
 		if _, err := db.pool.Exec(ctx, q, n); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := db.pool.Exec(ctx, `ANALYZE xorbs, files, visibility, shards, dedup, events`); err != nil {
+	if _, err := db.pool.Exec(ctx, `ANALYZE xorbs, files, visibility, shards, dedup, events, possession`); err != nil {
 		return nil, err
 	}
 	k := make([]byte, 32)
@@ -45,6 +46,7 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		"Events":    {qEvents, []any{int64(5), 10}},
 		"HideScope": {qHideScope, []any{"models/s/7"}},
 		"HideFiles": {qHideFiles, []any{"models/s/7", [][]byte{k}}},
+		"Possessed": {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {

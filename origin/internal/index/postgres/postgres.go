@@ -298,6 +298,9 @@ const (
 	qEvents   = `SELECT seq, scope, files, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody     = `SELECT body FROM shards WHERE hash = $1`
 
+	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
+
 	// qRegister commits a batch of registrations in one statement. The main query reads s, so
 	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
 	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
@@ -353,6 +356,60 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 		return false, fmt.Errorf("put xorb %s: %w", l.Hash, translate(err))
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// RecordPossession implements index.Index.
+func (db *DB) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	if err := index.CheckScope(scope); err != nil {
+		return err
+	}
+	if err := db.check(); err != nil {
+		return err
+	}
+	err := db.retry(ctx, func() error {
+		_, err := db.pool.Exec(ctx, qPutPossession, scope, x[:])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record possession of %s by %q: %w", x, scope, translate(err))
+	}
+	return nil
+}
+
+// Possessed implements index.Index.
+func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	keys := index.SortedUnique(hs)
+	if len(keys) == 0 {
+		return map[hash.Hash]bool{}, nil
+	}
+	var out map[hash.Hash]bool
+	err := db.retry(ctx, func() error {
+		out = make(map[hash.Hash]bool)
+		rows, err := db.pool.Query(ctx, qPossessed, scope, hashArgs(keys))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k []byte
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			h, err := index.HashFromBytes(k)
+			if err != nil {
+				return err
+			}
+			out[h] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("possessed by %q: %w", scope, translate(err))
+	}
+	return out, nil
 }
 
 // Layouts implements index.Index.

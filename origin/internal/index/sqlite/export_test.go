@@ -13,14 +13,16 @@ func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
 		q    string
 		args []any
 	}{
-		"XorbSize":  {qXorbSize, []any{k}},
-		"Layouts":   {qLayoutsPrefix + ",?,?)", []any{k, k, k}},
-		"File":      {qFile, []any{"s", k}},
-		"Dedup":     {qDedup, []any{k}},
-		"ShardBody": {qBody, []any{k}},
-		"Events":    {qEvents, []any{0, 10}},
-		"HideScope": {qHideScope, []any{"s"}},
-		"HideFile":  {qHideFile, []any{"s", k}},
+		"XorbSize":      {qXorbSize, []any{k}},
+		"Layouts":       {qLayoutsPrefix + ",?,?)", []any{k, k, k}},
+		"File":          {qFile, []any{"s", k}},
+		"Dedup":         {qDedup, []any{k}},
+		"ShardBody":     {qBody, []any{k}},
+		"Events":        {qEvents, []any{0, 10}},
+		"HideScope":     {qHideScope, []any{"s"}},
+		"HideFile":      {qHideFile, []any{"s", k}},
+		"HasPossession": {qHasPossession, []any{"s", k}},
+		"Possessed":     {qPossessedPre + ",?)", []any{"s", k, k}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {

@@ -70,7 +70,7 @@ type DB struct {
 	closeErr error
 
 	// Statements prepared on the writer connection.
-	insShard, insFile, insVis, insDedup, insXorb *sql.Stmt
+	insShard, insFile, insVis, insDedup, insXorb, insPossession *sql.Stmt
 }
 
 // writeOp is one write waiting for the writer goroutine.
@@ -137,6 +137,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		{&db.insVis, `INSERT INTO visibility(scope, file) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insXorb, `INSERT INTO xorbs(hash, stored_size, layout) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
+		{&db.insPossession, `INSERT INTO possession(scope, xorb) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 	} {
 		if *p.s, err = w.PrepareContext(ctx, p.sql); err != nil {
 			r.Close()
@@ -387,6 +388,8 @@ const (
 	qHideScope     = `DELETE FROM visibility WHERE scope = ?`
 	qHideFile      = `DELETE FROM visibility WHERE scope = ? AND file = ?`
 	qLayoutsPrefix = `SELECT hash, layout FROM xorbs WHERE hash IN (?`
+	qHasPossession = `SELECT 1 FROM possession WHERE scope = ? AND xorb = ?`
+	qPossessedPre  = `SELECT xorb FROM possession WHERE scope = ? AND xorb IN (?`
 )
 
 // layoutsPerQuery bounds the IN list of one Layouts query.
@@ -502,6 +505,75 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 		return false, fmt.Errorf("register shard %s: %w", r.Shard, err)
 	}
 	return inserted, nil
+}
+
+// RecordPossession implements index.Index.
+func (db *DB) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	if err := index.CheckScope(scope); err != nil {
+		return err
+	}
+	if err := db.read(); err != nil {
+		return err
+	}
+	// Most POSTs of a known xorb come from a scope that already holds it: a read spares them
+	// a place in the group commit and its fsync.
+	var one int
+	switch err := db.r.QueryRowContext(ctx, qHasPossession, scope, x[:]).Scan(&one); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("possession of %s by %q: %w", x, scope, translate(err))
+	}
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, db.insPossession).ExecContext(ctx, scope, x[:])
+		return translate(err)
+	})
+	if err != nil {
+		return fmt.Errorf("record possession of %s by %q: %w", x, scope, err)
+	}
+	return nil
+}
+
+// Possessed implements index.Index.
+func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	if err := db.read(); err != nil {
+		return nil, err
+	}
+	keys := index.SortedUnique(hs)
+	out := make(map[hash.Hash]bool)
+	args := make([]any, 0, 1+min(len(keys), layoutsPerQuery))
+	for len(keys) > 0 {
+		n := min(len(keys), layoutsPerQuery)
+		args = append(args[:0], scope)
+		for i := range keys[:n] {
+			args = append(args, keys[i][:])
+		}
+		keys = keys[n:]
+		if err := db.possessedQuery(ctx, qPossessedPre+strings.Repeat(`,?`, n-1)+`)`, args, out); err != nil {
+			return nil, fmt.Errorf("possessed by %q: %w", scope, err)
+		}
+	}
+	return out, nil
+}
+
+func (db *DB) possessedQuery(ctx context.Context, q string, args []any, out map[hash.Hash]bool) error {
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return translate(err)
+		}
+		h, err := index.HashFromBytes(k)
+		if err != nil {
+			return err
+		}
+		out[h] = true
+	}
+	return translate(rows.Err())
 }
 
 // File implements index.Index.
