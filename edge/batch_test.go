@@ -10,7 +10,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// batchAnswer is the batch reconstruction shape (xet-protocol.md §2.9).
+// batchAnswer is the batch reconstruction shape (docs/protocol.md §2.9).
 type batchAnswer struct {
 	Files     map[hash.Hash][]wire.Term      `json:"files"`
 	FetchInfo map[hash.Hash][]wire.FetchInfo `json:"fetch_info"`

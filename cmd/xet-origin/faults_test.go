@@ -43,7 +43,7 @@ func (p probe) send(o *proc) (answer, error) {
 
 // expectUnavailable fails unless the probe is answered, within outageBound, with 503,
 // Retry-After and a JSON error body (HEAD answers have no body). A /v2/shards probe may also
-// be a 200 stream ending in a retryable error frame (xet-protocol.md §2.7: once the stream
+// be a 200 stream ending in a retryable error frame (docs/protocol.md §2.7: once the stream
 // started, failures are frames).
 func expectUnavailable(t *testing.T, o *proc, p probe) {
 	t.Helper()

@@ -16,7 +16,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// splitMix64 is the data generator of the upstream chunker tests (xet-protocol.md §12.1).
+// splitMix64 is the data generator of the upstream chunker tests (docs/protocol.md §12.1).
 func splitMix64(n int, seed uint64) []byte {
 	out := make([]byte, 0, n+8)
 	s := seed
@@ -54,7 +54,7 @@ func TestHashGoldenLines(t *testing.T) {
 	}{
 		{"empty", nil, `{"size":0,"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",` +
 			`"file_hash":"0000000000000000000000000000000000000000000000000000000000000000","chunks":[]}` + "\n"},
-		// xet-protocol.md §12.2.
+		// docs/protocol.md §12.2.
 		{"hello", []byte("hello world"), `{"size":11,"sha256":"b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9",` +
 			`"file_hash":"f15edd43b7e85cfd25e2758ffe13b99fdd09dfa817e8d9f6548722a7a126db7f",` +
 			`"chunks":[{"hash":"4e39378b9d359f118190557a1f44130219a54e5fcfa07bd96cf50b466fe651b1","length":11}]}` + "\n"},
@@ -90,7 +90,7 @@ func TestHashSplitMix1MB(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	// File hash and boundaries from xet-protocol.md §12.1/§12.2.
+	// File hash and boundaries from docs/protocol.md §12.1/§12.2.
 	if got.Size != 1_000_000 || got.SHA256 != hex.EncodeToString(sum[:]) ||
 		got.FileHash != "3d17b2d7d64a0e011b6717a52d9a16bd2c3f05b743fa8adf52a7d75dafab6d89" {
 		t.Fatalf("summary %d %s %s", got.Size, got.SHA256, got.FileHash)

@@ -8,7 +8,7 @@
 //
 // Errors wrap ErrSyntax (the header is not a valid bytes range set; ErrTooMany is one case) or
 // ErrUnsatisfiable (valid, but no byte of the representation is selected). Test with errors.Is.
-// On the reconstruction route both map to 416 (xet-protocol.md §2.3).
+// On the reconstruction route both map to 416 (docs/protocol.md §2.3).
 package httprange
 
 import (

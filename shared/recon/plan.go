@@ -87,7 +87,7 @@ func (a *Answer) NumRanges() int {
 type LayoutFunc func(hash.Hash) (*xorb.Layout, error)
 
 // Plan computes the answer for the bytes rng selects of f (nil: the whole file), following
-// xet-protocol.md §9:
+// docs/protocol.md §9:
 //
 //   - A range that starts at or past the end of a non-empty file fails with an error wrapping
 //     ErrRangeNotSatisfiable (416); an end past EOF is clamped. On an empty file a range starting

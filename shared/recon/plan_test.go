@@ -171,7 +171,7 @@ func TestPlanFixture(t *testing.T) {
 	}
 }
 
-// TestPlanSpecExample is xet-protocol.md §9's worked example: chunks 100, 200, 300 in one term.
+// TestPlanSpecExample is docs/protocol.md §9's worked example: chunks 100, 200, 300 in one term.
 func TestPlanSpecExample(t *testing.T) {
 	l := newLayout(7, []uint32{100, 200, 300}, nil)
 	rec, err := NewFileRecord(fileOf(termSpec{l, 0, 3}), layoutMap(l))

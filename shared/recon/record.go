@@ -1,4 +1,4 @@
-// Package recon plans reconstruction answers (xet-protocol.md §9) and writes them in the v1 and
+// Package recon plans reconstruction answers (docs/protocol.md §9) and writes them in the v1 and
 // v2 JSON shapes of §2.3.
 //
 // The index keeps one FileRecord per file: its terms with their stored byte ranges precomputed at
@@ -38,7 +38,7 @@ type ByteRange = httprange.ByteRange
 
 // Term is one term of a file record: chunks [Start, End) of Xorb, with their uncompressed size
 // and the half-open byte range [ByteStart, ByteEnd) those chunks occupy in the stored object
-// (8-byte chunk headers included, xet-protocol.md §7.3).
+// (8-byte chunk headers included, docs/protocol.md §7.3).
 type Term struct {
 	Xorb               hash.Hash
 	Start, End         uint32

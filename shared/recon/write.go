@@ -40,7 +40,7 @@ func WriteV2(w io.Writer, a *Answer, s Signer) error { return Encoder{}.WriteV2(
 // WriteV1 writes a as a QueryReconstructionResponse (v1) with default settings.
 func WriteV1(w io.Writer, a *Answer, s Signer) error { return Encoder{}.WriteV1(w, a, s) }
 
-// WriteV2 writes the v2 answer (xet-protocol.md §2.3):
+// WriteV2 writes the v2 answer (docs/protocol.md §2.3):
 //
 //	{"offset_into_first_range":N,"terms":[{"hash":H,"unpacked_length":N,"range":{"start":N,"end":N}},…],
 //	 "xorbs":{H:[{"url":U,"ranges":[{"chunks":{"start":N,"end":N},"bytes":{"start":N,"end":N}},…]},…],…}}

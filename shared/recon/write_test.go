@@ -19,7 +19,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// Decoding shapes written independently of the encoder, after xet-protocol.md §2.3.
+// Decoding shapes written independently of the encoder, after docs/protocol.md §2.3.
 type (
 	jRange struct {
 		Start *uint64 `json:"start"`

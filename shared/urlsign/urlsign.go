@@ -1,5 +1,5 @@
 // Package urlsign makes and checks the signed, expiring transfer URLs that reconstruction
-// answers hand to clients (xet-protocol.md §2.10). A URL is a Grant: it authorizes GETs of a set
+// answers hand to clients (docs/protocol.md §2.10). A URL is a Grant: it authorizes GETs of a set
 // of byte ranges of one stored xorb until it expires, for as long as the file it was issued for
 // stays visible in the scope it was issued to (the serving tier checks that; see Grant). Clients
 // fetch it without an Authorization header and treat it as opaque.
@@ -364,7 +364,7 @@ func clip(s string) string {
 }
 
 // Allowed reports whether every requested range lies inside the union of the signed ranges
-// (xet-protocol.md §14 item 10: a subset of the signed set, not equality, because the default
+// (docs/protocol.md §14 item 10: a subset of the signed set, not equality, because the default
 // client fetches each signed range with its own request). Requests of kind Open or Suffix are
 // not allowed: resolve them against the object size first (httprange.Range.Resolve) and pass
 // Closed ranges. An empty request list is not allowed.

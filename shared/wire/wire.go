@@ -1,4 +1,4 @@
-// Package wire holds the JSON shapes of the Xet CAS API (xet-protocol.md §2) for Go clients and
+// Package wire holds the JSON shapes of the Xet CAS API (docs/protocol.md §2) for Go clients and
 // tests: reconstruction answers (v1 and v2), upload results, the NDJSON frames of /v2/shards, the
 // Hub token answer and xetcdn's JSON error body.
 //

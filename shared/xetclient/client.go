@@ -1,4 +1,4 @@
-// Package xetclient is a Go client of the Xet CAS protocol (xet-protocol.md §2, §10): it uploads
+// Package xetclient is a Go client of the Xet CAS protocol (docs/protocol.md §2, §10): it uploads
 // files (chunking, deduplication within the upload and through the global dedup route, xorb
 // packing, shard registration) and downloads them (reconstruction, parallel range fetches from
 // signed transfer URLs, decoding, in-order output).
@@ -80,7 +80,7 @@ type Options struct {
 	Token       string
 	TokenSource TokenSource
 	// TokenURL is fetched with GET and TokenHeader; it must answer {casUrl, exp, accessToken}
-	// (xet-protocol.md §3.1). The token is refreshed 30 s before exp.
+	// (docs/protocol.md §3.1). The token is refreshed 30 s before exp.
 	TokenURL    string
 	TokenHeader http.Header
 

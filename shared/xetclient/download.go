@@ -297,7 +297,7 @@ func (b *block) url(j *fetchJob) (string, int) {
 
 // refresh re-requests the block's reconstruction after a 403 on a URL of generation gen. Several
 // jobs failing together cause one request. The new answer must have the same terms: only URLs
-// may change (xet-protocol.md §2.10).
+// may change (docs/protocol.md §2.10).
 func (b *block) refresh(ctx context.Context, gen int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -47,7 +47,7 @@ func newStatusError(resp *http.Response) *StatusError {
 		Message: strings.TrimSpace(string(b))}
 }
 
-// retryableStatus reports the statuses hf_xet retries (xet-protocol.md §2.11): 5xx except 501,
+// retryableStatus reports the statuses hf_xet retries (docs/protocol.md §2.11): 5xx except 501,
 // 408 and 429.
 func retryableStatus(code int) bool {
 	return (code >= 500 && code != http.StatusNotImplemented) || code == http.StatusRequestTimeout ||

@@ -65,7 +65,7 @@ func (s *RefreshingTokenSource) Token(ctx context.Context) (Token, error) {
 }
 
 // HubTokenSource fetches tokens from a Hub-style token route: GET url (with header) answering
-// {"casUrl":…,"exp":unix seconds,"accessToken":…} (xet-protocol.md §3.1). It refreshes 30 s
+// {"casUrl":…,"exp":unix seconds,"accessToken":…} (docs/protocol.md §3.1). It refreshes 30 s
 // before exp and remembers the latest casUrl.
 type HubTokenSource struct {
 	url    string

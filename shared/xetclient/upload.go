@@ -17,7 +17,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// Global dedup query rules of the stock client (xet-protocol.md §8.6).
+// Global dedup query rules of the stock client (docs/protocol.md §8.6).
 const (
 	// dedupSpacing is the minimum number of chunks between two global dedup queries of a file.
 	dedupSpacing = 256
@@ -55,7 +55,7 @@ type UploadOptions struct {
 	Progress func(done, total int64)
 }
 
-// UploadFiles uploads files in one session (xet-protocol.md §10) and returns one result per
+// UploadFiles uploads files in one session (docs/protocol.md §10) and returns one result per
 // file, in order. Files are chunked as streams (memory does not grow with file size beyond 40
 // bytes per chunk); chunks already seen in this session or found through the global dedup route
 // are referenced, not re-sent; new chunks are packed into xorbs that are uploaded concurrently

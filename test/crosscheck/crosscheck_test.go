@@ -121,7 +121,7 @@ var trigger = [128]byte{
 	165, 220, 15, 170, 56, 125, 92, 163, 94, 235, 38, 40, 49, 81,
 }
 
-// splitMix64 is the data generator of the upstream chunker tests (xet-protocol.md §12.1).
+// splitMix64 is the data generator of the upstream chunker tests (docs/protocol.md §12.1).
 func splitMix64(n int, seed uint64) []byte {
 	out := make([]byte, 0, n+8)
 	s := seed

@@ -23,7 +23,7 @@ for info in hf_xet.hash_files(sys.argv[1:]):
 
 // TestCrossCheckHFXet runs the `xet hash` binary and hf_xet's own hash_files on the same generated
 // inputs and requires the same file hash and size for every one. hf_xet is the client the
-// protocol's chunking rule is defined by (xet-protocol.md §4), so here no legacy exception exists.
+// protocol's chunking rule is defined by (docs/protocol.md §4), so here no legacy exception exists.
 func TestCrossCheckHFXet(t *testing.T) {
 	python := testenv.Require(t, testenv.Python)
 	dir := t.TempDir()

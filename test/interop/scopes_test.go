@@ -24,7 +24,7 @@ func TestInteropTwoScopes(t *testing.T) {
 	python := testenv.Require(t, testenv.Python)
 	nodeDir := testenv.Require(t, testenv.NodeModules)
 	root := moduleRoot(t)
-	bins := buildBinaries(t, root)
+	bins := buildBinaries(t)
 	clients := []*client{hfxetClient(python, root), hfjsClient(t, nodeDir, root)}
 	const scopeA, scopeB, scopeC = "models/acme/first", "models/other/second", "models/third/elsewhere"
 	files := make(map[string][]fixture)

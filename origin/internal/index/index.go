@@ -86,7 +86,7 @@ type Registration struct {
 	Scope string              // repository the uploading token was issued for
 	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
 	Xorbs []hash.Hash         // xorbs described in the shard's xorb section, returned by DedupXorbs
-	Dedup []hash.Hash         // eligible chunk hashes (xet-protocol.md §8.6), computed by the caller
+	Dedup []hash.Hash         // eligible chunk hashes (docs/protocol.md §8.6), computed by the caller
 	// Body, when not empty, is the shard body, kept inline in the shard row and committed with
 	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
 	// A known shard keeps its first body.

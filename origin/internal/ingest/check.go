@@ -16,7 +16,7 @@ import (
 // progressEvery is how many terms pass between two validating progress reports.
 const progressEvery = 4096
 
-// check runs the checks of xet-protocol.md §8.5 on a parsed shard against the stored layouts,
+// check runs the checks of docs/protocol.md §8.5 on a parsed shard against the stored layouts,
 // and the possession check (checkPossession) for scope, and returns the encoded file records
 // to register.
 //

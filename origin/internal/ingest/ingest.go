@@ -2,7 +2,7 @@
 // footer, then indexed) and shards (parsed, checked against the stored xorb layouts, then
 // registered in one index transaction that also holds the shard body unless it is large).
 //
-// Ordering is the durability contract (ARCHITECTURE.md §5): object bytes are durable in the
+// Ordering is the durability contract (docs/architecture.md §5): object bytes are durable in the
 // object store before the index commit, and the index commit is durable before a method
 // returns nil.
 //

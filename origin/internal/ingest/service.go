@@ -102,7 +102,7 @@ func New(o Options) *Service {
 	return s
 }
 
-// PutXorb validates body as the xorb h (xet-protocol.md §7.4) and stores it: the chunk area
+// PutXorb validates body as the xorb h (docs/protocol.md §7.4) and stores it: the chunk area
 // plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
 // xorb was new; a xorb the index already has is not rewritten.
 //
@@ -244,7 +244,7 @@ type Progress struct {
 	Verified, Total uint64 // terms checked so far / in all; only for StageValidating
 }
 
-// RegisterShard checks an uploaded shard (xet-protocol.md §8.5, checks 1–7) and registers its
+// RegisterShard checks an uploaded shard (docs/protocol.md §8.5, checks 1–7) and registers its
 // files as visible in scope: files, visibility, dedup entries and the shard row are committed
 // in one index transaction. A body of up to MaxInlineShard bytes is part of that commit
 // (index.Registration.Body); a larger one is first stored durably under ShardKey. It reports whether the

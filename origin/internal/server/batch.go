@@ -127,7 +127,7 @@ func distinct(hs []hash.Hash) []hash.Hash {
 }
 
 // batchRecon: GET /v1/reconstructions?file_id=…&file_id=… and POST /v1/reconstructions with a
-// JSON body (xet-protocol.md §2.9). The answer is the v1 batch shape,
+// JSON body (docs/protocol.md §2.9). The answer is the v1 batch shape,
 //
 //	{"files":{F:[term,…],…},"fetch_info":{H:[{"range":…,"url":U,"url_range":…},…],…}}
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // dedup: GET /v1/chunks/{default|default-merkledb}/{hash} — the global-dedup query
-// (xet-protocol.md §2.4, §8.6). The answer is a footer-bearing shard with an empty file section,
+// (docs/protocol.md §2.4, §8.6). The answer is a footer-bearing shard with an empty file section,
 // the xorbs of the shard that registered the chunk, chunk hashes keyed with the origin's dedup
 // key, and an expiry DedupExpiry ahead. Unknown chunks are 404.
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/wire"
 )
 
-// NDJSON frames of POST /v2/shards (xet-protocol.md §2.7): the typed frames of shared/wire,
+// NDJSON frames of POST /v2/shards (docs/protocol.md §2.7): the typed frames of shared/wire,
 // one JSON object and a newline each.
 func encodeFrame(f any) []byte {
 	b, _ := json.Marshal(f) // a frame always encodes

@@ -37,7 +37,7 @@ func (s *Server) file(ctx context.Context, r *http.Request) (*recon.FileRecord, 
 }
 
 // reconstruct: GET /v1|v2/reconstructions/{file} with an optional single Range
-// (xet-protocol.md §2.3, §9). Other scopes' files are 404; a range past EOF is 416.
+// (docs/protocol.md §2.3, §9). Other scopes' files are 404; a range past EOF is 416.
 func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) error {
 	start := time.Now()
 	ctx := r.Context()

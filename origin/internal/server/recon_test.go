@@ -21,7 +21,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// The JSON shapes of xet-protocol.md §2.3, decoded the way a client does.
+// The JSON shapes of docs/protocol.md §2.3, decoded the way a client does.
 type rangeJSON struct{ Start, End uint64 }
 
 type reconV2 struct {

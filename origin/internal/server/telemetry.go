@@ -8,7 +8,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
-// maxTelemetryBody is the largest telemetry post accepted (xet-protocol.md §2.8).
+// maxTelemetryBody is the largest telemetry post accepted (docs/protocol.md §2.8).
 const maxTelemetryBody = 1 << 20
 
 // telemetryEvent is the envelope; metrics are accepted but not kept.

@@ -11,7 +11,7 @@ import (
 )
 
 // hubToken: GET /api/{models|datasets|spaces}/{namespace}/{name}/xet-{read|write}-token/{rev}
-// — the Hub-compatible token route (xet-protocol.md §3.1) that hf_xet's token_refresh_url and
+// — the Hub-compatible token route (docs/protocol.md §3.1) that hf_xet's token_refresh_url and
 // huggingface.js call. The bearer token must cover the access asked for in scope
 // "{type}/{namespace}/{name}" and be a client token (read or write: never edge or admin);
 // the answer is a short-lived CAS token for that scope:

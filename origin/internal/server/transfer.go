@@ -15,7 +15,7 @@ import (
 )
 
 // transfer: GET /v1/transfer/xorbs/default/{hash}?f=…&c=…&r=…&x=…&s=… — the signed transfer
-// route (xet-protocol.md §2.10). No Authorization: the URL is the credential, and it is only
+// route (docs/protocol.md §2.10). No Authorization: the URL is the credential, and it is only
 // good while the file it was issued for is visible in its scope (403 once hidden, also when
 // expired or tampered). Every requested range must lie inside the signed set (403 otherwise);
 // overlapping or adjacent ranges are coalesced, and a request that would still make more parts

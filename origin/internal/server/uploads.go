@@ -128,7 +128,7 @@ func (s *Server) postShardV1(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// postShardV2: POST /v2/shards → NDJSON progress (xet-protocol.md §2.7). The stream starts with
+// postShardV2: POST /v2/shards → NDJSON progress (docs/protocol.md §2.7). The stream starts with
 // the first progress frame, which comes after the body was read and parsed, so a malformed body
 // still gets a plain 4xx; later failures are error frames. While the work runs, the last frame
 // is re-sent every heartbeat interval.

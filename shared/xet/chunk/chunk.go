@@ -1,5 +1,5 @@
 // Package chunk splits byte streams into Xet chunks at the same boundaries as the upstream
-// client (xet-protocol.md §4) and hashes them (§5).
+// client (docs/protocol.md §4) and hashes them (§5).
 //
 // Boundaries are content defined: a 64-bit gear rolling hash runs over the bytes of a chunk and a
 // chunk ends after the first byte at which the chunk is at least MinSize long and the hash has
@@ -10,7 +10,7 @@
 // It keeps no mutable package state.
 package chunk
 
-// Chunk size limits (xet-protocol.md §0).
+// Chunk size limits (docs/protocol.md §0).
 const (
 	// MinSize is the smallest chunk the chunker cuts; only the last chunk of a stream may be shorter.
 	MinSize = TargetSize / 8

@@ -19,7 +19,7 @@ import (
 )
 
 // splitMix64 returns n bytes of the SplitMix64 stream started at seed, each output appended
-// little-endian (the generator of the upstream chunker tests, xet-protocol.md §12.1).
+// little-endian (the generator of the upstream chunker tests, docs/protocol.md §12.1).
 func splitMix64(n int, seed uint64) []byte {
 	out := make([]byte, 0, n+8)
 	s := seed
@@ -33,7 +33,7 @@ func splitMix64(n int, seed uint64) []byte {
 	return out[:n]
 }
 
-// referenceBoundaries is the chunking rule of xet-protocol.md §4 written as plainly as
+// referenceBoundaries is the chunking rule of docs/protocol.md §4 written as plainly as
 // possible: one byte at a time, hash reset at every chunk start, first MinSize-65 bytes skipped.
 func referenceBoundaries(data []byte) []int { return referenceRule(data, MinSize) }
 
@@ -129,7 +129,7 @@ func TestUpstreamRandom1MB(t *testing.T) {
 		t.Fatalf("referenceBoundaries = %v\nwant %v", got, want)
 	}
 
-	// xet-protocol.md §12.2.
+	// docs/protocol.md §12.2.
 	chunks, info, err := HashAll(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
@@ -493,7 +493,7 @@ func TestHasher(t *testing.T) {
 			}
 		})
 	}
-	// "hello world" against xet-protocol.md §12.2.
+	// "hello world" against docs/protocol.md §12.2.
 	_, info, err := HashAll(bytes.NewReader([]byte("hello world")))
 	if err != nil || info.FileHash.String() != "f15edd43b7e85cfd25e2758ffe13b99fdd09dfa817e8d9f6548722a7a126db7f" ||
 		hex.EncodeToString(info.SHA256[:]) != "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9" {

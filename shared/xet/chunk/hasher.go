@@ -13,7 +13,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Chunk describes one chunk of a stream: its hash (xet-protocol.md §5.1) and length in bytes.
+// Chunk describes one chunk of a stream: its hash (docs/protocol.md §5.1) and length in bytes.
 type Chunk struct {
 	Hash hash.Hash
 	Len  int
@@ -26,7 +26,7 @@ func (c Chunk) Leaf() hash.Leaf { return hash.Leaf{Hash: c.Hash, Size: uint64(c.
 type FileInfo struct {
 	Size     int64
 	SHA256   [sha256.Size]byte // the ordinary digest; hash.FromSHA256 gives the form shards carry
-	FileHash hash.Hash         // xet-protocol.md §5.4; hash.Zero for an empty stream
+	FileHash hash.Hash         // docs/protocol.md §5.4; hash.Zero for an empty stream
 }
 
 // Hasher chunks a stream, hashes every chunk, and computes the SHA-256 and the file hash of

@@ -1,4 +1,4 @@
-// The gear table: the DEFAULT_TABLE of rust-gearhash 0.1.3, as listed in xet-protocol.md §4.
+// The gear table: the DEFAULT_TABLE of rust-gearhash 0.1.3, as listed in docs/protocol.md §4.
 
 package chunk
 

@@ -4,7 +4,7 @@
 //
 // A Hash holds the raw 32 bytes. Its string form (String, Parse) is the protocol's: four
 // little-endian u64 words, each printed as 16 hex digits, so every 8-byte group appears
-// byte-reversed relative to naive hex (xet-protocol.md §1). Binary formats carry the raw bytes.
+// byte-reversed relative to naive hex (docs/protocol.md §1). Binary formats carry the raw bytes.
 //
 // The package does no I/O and keeps no mutable package state; every function is safe for
 // concurrent use.
@@ -29,7 +29,7 @@ type Hash [Size]byte
 // Zero is the all-zero hash: the hash of an empty xorb and the file id of an empty file.
 var Zero Hash
 
-// Keys of the keyed blake3 hashes (xet-protocol.md §0).
+// Keys of the keyed blake3 hashes (docs/protocol.md §0).
 var (
 	DataKey = Hash{102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28,
 		157, 228, 33, 16, 155, 235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41}
@@ -235,7 +235,7 @@ type Leaf struct {
 	Size uint64
 }
 
-// Merkle aggregates leaves into one node hash (xet-protocol.md §5.2). It returns Zero for no
+// Merkle aggregates leaves into one node hash (docs/protocol.md §5.2). It returns Zero for no
 // leaves and the leaf itself for one leaf.
 func Merkle(leaves []Leaf) Hash {
 	switch len(leaves) {
@@ -286,7 +286,7 @@ func groupLen(rest []Leaf) int {
 	return end
 }
 
-// File returns the file hash of a file made of the given chunks (xet-protocol.md §5.4):
+// File returns the file hash of a file made of the given chunks (docs/protocol.md §5.4):
 // Zero for an empty file, otherwise blake3 keyed with 32 zero bytes over the merkle root.
 func File(chunks []Leaf) Hash { return FileWithSalt(chunks, Zero) }
 

@@ -20,7 +20,8 @@ func TestStringEndianness(t *testing.T) {
 	if err != nil || upper != raw {
 		t.Fatalf("Parse upper = %v, %v", upper, err)
 	}
-	// xet-protocol.md §1 prints this value with "10" missing (62 digits); this is the full form.
+	// The original design notes printed this value with "10" missing (62 digits); this is the full
+	// form, as docs/protocol.md §1 gives it.
 	var seq Hash
 	for i := range seq {
 		seq[i] = byte(i)

@@ -1,4 +1,4 @@
-// Package shard parses and writes Xet shards (xet-protocol.md §8): upload bodies (no footer, with
+// Package shard parses and writes Xet shards (docs/protocol.md §8): upload bodies (no footer, with
 // verification entries and optional sha256 metadata) and global-dedup answers (empty file section,
 // footer with expiry and HMAC key). It is a pure format package: no I/O, no logging, no
 // package state; every function is safe for concurrent use on distinct values.

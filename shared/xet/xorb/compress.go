@@ -120,7 +120,7 @@ func DecodeChunk(dst []byte, h ChunkHeader, payload []byte) ([]byte, error) {
 }
 
 // bg4Groups cuts b into the four byte groups of a buffer of len(b) bytes: with n = 4q+r, groups
-// 0..r-1 hold q+1 bytes and the others q (xet-protocol.md §6).
+// 0..r-1 hold q+1 bytes and the others q (docs/protocol.md §6).
 func bg4Groups(b []byte) (g [4][]byte) {
 	q, r := len(b)/4, len(b)%4
 	at := 0

@@ -7,7 +7,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Footer idents and versions (xet-protocol.md §7.2).
+// Footer idents and versions (docs/protocol.md §7.2).
 const (
 	hashesIdent       = "XBLBHSH"
 	boundariesIdent   = "XBLBBND"

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestHelloWorldBytes checks the byte-level example of xet-protocol.md §12.3.
+// TestHelloWorldBytes checks the byte-level example of docs/protocol.md §12.3.
 func TestHelloWorldBytes(t *testing.T) {
 	const wantBody = "000b0000000b000068656c6c6f20776f726c64"
 	wantFooter := "584554424c4f4201" +

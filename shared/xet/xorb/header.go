@@ -2,7 +2,7 @@ package xorb
 
 import "fmt"
 
-// Scheme is the compression scheme of one chunk (xet-protocol.md §6).
+// Scheme is the compression scheme of one chunk (docs/protocol.md §6).
 type Scheme uint8
 
 // Compression schemes as they appear on the wire. Upstream also knows 99 ("auto"), a writer

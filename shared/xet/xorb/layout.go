@@ -1,6 +1,6 @@
 // Package xorb reads and writes xorb objects: chunk headers, chunk compression (None, LZ4 frame,
 // ByteGrouping4+LZ4), the one-pass validation of upload bodies and the v1 footer
-// (xet-protocol.md §6–§7). It does no I/O beyond the io.Reader/io.Writer it is handed.
+// (docs/protocol.md §6–§7). It does no I/O beyond the io.Reader/io.Writer it is handed.
 package xorb
 
 import (
@@ -9,7 +9,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Limits of one xorb (xet-protocol.md §0).
+// Limits of one xorb (docs/protocol.md §0).
 const (
 	MaxRawBytes   = 64 << 20 // uncompressed bytes of all chunks
 	MaxChunks     = 8192

@@ -22,7 +22,7 @@ type ValidateOptions struct {
 	Workers int
 }
 
-// Validate checks an uploaded xorb body in one pass (xet-protocol.md §7.4) and returns its layout
+// Validate checks an uploaded xorb body in one pass (docs/protocol.md §7.4) and returns its layout
 // and the length of its chunk area.
 //
 // It walks the chunk headers from offset 0, decompresses every chunk exactly once into a reused
