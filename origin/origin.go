@@ -36,7 +36,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if err != nil {
 		return err
 	}
-	b, err := backend.Open(ctx, cfg)
+	b, err := backend.Open(ctx, cfg, reg)
 	if err != nil {
 		return err
 	}

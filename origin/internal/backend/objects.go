@@ -6,11 +6,10 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
-	"github.com/xetcdn/xetcdn/origin/internal/server"
 )
 
 // openObjects opens the configured object store.
-func openObjects(ctx context.Context, c *config.Config) (server.Objects, error) {
+func openObjects(ctx context.Context, c *config.Config) (objstore.ObjectStore, error) {
 	switch c.Objects.Driver {
 	case config.ObjectsLocal:
 		l, err := objstore.NewLocal(c.Objects.Dir)

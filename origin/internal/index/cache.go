@@ -8,6 +8,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -18,15 +19,14 @@ import (
 // and decode of a full layout (328 KB for 8,192 chunks) costs milliseconds, while shard
 // validation and ranged reconstructions ask for the same few layouts again and again, and a
 // shard usually names xorbs that were just put. PutXorb therefore fills the cache too (and waits
-// for the write to be visible). Every other method goes to the wrapped Index unchanged.
+// for the write to be visible). LayoutBytes encodes cached layouts (a copy, far cheaper than a
+// database read) and reads the others undecoded from the wrapped index, without caching them.
+// Every other method goes to the wrapped Index unchanged.
 //
 // The layouts Layouts returns are shared between callers: treat them as immutable, as
-// xorb.Layout asks. LayoutCache implements Raw too: LayoutBytes encodes cached layouts (a copy,
-// far cheaper than a database read) and reads the others undecoded from the wrapped index's Raw
-// view (RawOf), without caching them; FileBytes goes to that view unchanged.
+// xorb.Layout asks.
 type LayoutCache struct {
-	Index
-	raw  Raw
+	next Index
 	c    *ristretto.Cache[string, *xorb.Layout]
 	once sync.Once
 	err  error
@@ -51,8 +51,11 @@ func NewLayoutCache(ix Index, maxBytes int64) (*LayoutCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("index: layout cache: %w", err)
 	}
-	return &LayoutCache{Index: ix, raw: RawOf(ix), c: c}, nil
+	return &LayoutCache{next: ix, c: c}, nil
 }
+
+// Unwrap returns the wrapped index.
+func (c *LayoutCache) Unwrap() Index { return c.next }
 
 // layoutCost approximates the memory of a decoded layout.
 func layoutCost(l *xorb.Layout) int64 { return int64(100 + 40*len(l.ChunkHashes)) }
@@ -70,7 +73,7 @@ func (c *LayoutCache) set(l *xorb.Layout) { c.c.Set(string(l.Hash[:]), l, layout
 // PutXorb implements Index, and caches l once it is stored as new. l is kept, not copied: the
 // caller must not modify it afterwards (xorb.Layout values are immutable once built).
 func (c *LayoutCache) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
-	ins, err := c.Index.PutXorb(ctx, l, storedSize)
+	ins, err := c.next.PutXorb(ctx, l, storedSize)
 	if err == nil && ins {
 		c.set(l)
 		c.c.Wait() // make it visible to the shard registration that usually follows at once
@@ -94,7 +97,7 @@ func (c *LayoutCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Has
 	if len(miss) == 0 {
 		return out, nil
 	}
-	got, err := c.Index.Layouts(ctx, miss)
+	got, err := c.next.Layouts(ctx, miss)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +108,7 @@ func (c *LayoutCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Has
 	return out, nil
 }
 
-// LayoutBytes implements Raw: the encodings of the cached layouts, and those of the others as
+// LayoutBytes implements Index: the encodings of the cached layouts, and those of the others as
 // the wrapped index stores them (not decoded, not cached).
 func (c *LayoutCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
 	hit := make(map[hash.Hash]*xorb.Layout, len(hs))
@@ -124,7 +127,7 @@ func (c *LayoutCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash
 	if miss = SortedUnique(miss); len(miss) == 0 {
 		return out, nil
 	}
-	got, err := c.raw.LayoutBytes(ctx, miss)
+	got, err := c.next.LayoutBytes(ctx, miss)
 	if err != nil {
 		return nil, err
 	}
@@ -134,14 +137,57 @@ func (c *LayoutCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash
 	return out, nil
 }
 
-// FileBytes implements Raw through the wrapped index's Raw view.
-func (c *LayoutCache) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
-	return c.raw.FileBytes(ctx, h, scope)
+// XorbSize implements Index through the wrapped index.
+func (c *LayoutCache) XorbSize(ctx context.Context, x hash.Hash) (uint64, error) {
+	return c.next.XorbSize(ctx, x)
 }
 
-// ShardBody implements ShardBodies through the wrapped index (see ShardBodyOf).
+// RegisterShard implements Index through the wrapped index.
+func (c *LayoutCache) RegisterShard(ctx context.Context, r *Registration) (bool, error) {
+	return c.next.RegisterShard(ctx, r)
+}
+
+// File implements Index through the wrapped index.
+func (c *LayoutCache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	return c.next.File(ctx, h, scope)
+}
+
+// DedupXorbs implements Index through the wrapped index.
+func (c *LayoutCache) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
+	return c.next.DedupXorbs(ctx, chunk)
+}
+
+// RecordPossession implements Index through the wrapped index.
+func (c *LayoutCache) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	return c.next.RecordPossession(ctx, scope, x)
+}
+
+// Possessed implements Index through the wrapped index.
+func (c *LayoutCache) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	return c.next.Possessed(ctx, scope, hs)
+}
+
+// Hide implements Index through the wrapped index (layouts are never hidden).
+func (c *LayoutCache) Hide(ctx context.Context, scope string, files []hash.Hash) error {
+	return c.next.Hide(ctx, scope, files)
+}
+
+// Events implements Index through the wrapped index.
+func (c *LayoutCache) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
+	return c.next.Events(ctx, after, limit)
+}
+
+// Ping implements Index through the wrapped index.
+func (c *LayoutCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
+
+// FileBytes implements Index through the wrapped index.
+func (c *LayoutCache) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
+	return c.next.FileBytes(ctx, h, scope)
+}
+
+// ShardBody implements Index through the wrapped index.
 func (c *LayoutCache) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
-	return ShardBodyOf(ctx, c.Index, h)
+	return c.next.ShardBody(ctx, h)
 }
 
 // Wait blocks until the layouts cached so far are visible to Layouts (ristretto applies
@@ -152,7 +198,7 @@ func (c *LayoutCache) Wait() { c.c.Wait() }
 func (c *LayoutCache) Close() error {
 	c.once.Do(func() {
 		c.c.Close()
-		c.err = c.Index.Close()
+		c.err = c.next.Close()
 	})
 	return c.err
 }

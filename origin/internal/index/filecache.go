@@ -48,16 +48,11 @@ const DefaultVisibilityTTL = 2 * time.Second
 //
 // Concurrent misses of the same (file, scope) share one lookup (singleflight). Records are
 // shared between callers: treat them as immutable, as recon.FileRecord asks. Every other method
-// goes to the wrapped Index unchanged, except that FileBytes and LayoutBytes (Raw) go to the
-// wrapped index's Raw view (see RawOf).
+// goes to the wrapped Index unchanged (FileBytes too: it checks visibility in its own query).
 type FileCache struct {
-	Index
-	raw Raw // the wrapped index's Raw view
-	// rawInner reports that the wrapped index implements Raw itself, so a visibility re-check
-	// can read the stored bytes instead of decoding a record.
-	rawInner bool
-	ttl      time.Duration
-	now      func() time.Time
+	next Index
+	ttl  time.Duration
+	now  func() time.Time
 	// epoch counts the Hide calls that went through this cache; a visibility entry is valid
 	// only in the epoch it was looked up in.
 	epoch atomic.Uint64
@@ -126,10 +121,12 @@ func NewFileCache(ix Index, o FileCacheOptions) (*FileCache, error) {
 		recs.Close()
 		return nil, fmt.Errorf("index: visibility cache: %w", err)
 	}
-	_, rawInner := ix.(Raw)
-	return &FileCache{Index: ix, raw: RawOf(ix), rawInner: rawInner, ttl: o.VisibilityTTL, now: o.Now,
+	return &FileCache{next: ix, ttl: o.VisibilityTTL, now: o.Now,
 		recs: recs, vis: vis}, nil
 }
+
+// Unwrap returns the wrapped index.
+func (c *FileCache) Unwrap() Index { return c.next }
 
 // visKey is the key of (file h, scope) in the visibility cache and the singleflight group.
 func visKey(h hash.Hash, scope string) string { return string(h[:]) + scope }
@@ -179,8 +176,8 @@ func (c *FileCache) remember(rec *recon.FileRecord, scope string, epoch uint64, 
 
 // File implements Index: from memory when the record is cached and the visibility answer is
 // recent, else from the wrapped index (one lookup shared by concurrent callers). When only the
-// visibility answer is missing, a wrapped index implementing Raw is asked for the stored bytes
-// (visibility checked in the same query) and the cached record is reused without decoding.
+// visibility answer is missing, the wrapped index is asked for the stored bytes (FileBytes,
+// visibility checked in the same query) and the cached record is reused without decoding.
 func (c *FileCache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, err)
@@ -213,14 +210,14 @@ func (c *FileCache) lookup(ctx context.Context, h hash.Hash, scope string, epoch
 	c.mu.RLock()
 	rec, ok := c.record(h)
 	c.mu.RUnlock()
-	if ok && c.rawInner {
-		if _, err := c.raw.FileBytes(ctx, h, scope); err != nil {
+	if ok {
+		if _, err := c.next.FileBytes(ctx, h, scope); err != nil {
 			return nil, err
 		}
 		c.remember(rec, scope, epoch, false)
 		return rec, nil
 	}
-	rec, err := c.Index.File(ctx, h, scope)
+	rec, err := c.next.File(ctx, h, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -231,35 +228,79 @@ func (c *FileCache) lookup(ctx context.Context, h hash.Hash, scope string, epoch
 // Hide implements Index. Once the wrapped index has committed (or failed, which may still have
 // committed), every visibility answer remembered so far is invalid.
 func (c *FileCache) Hide(ctx context.Context, scope string, files []hash.Hash) error {
-	err := c.Index.Hide(ctx, scope, files)
+	err := c.next.Hide(ctx, scope, files)
 	c.epoch.Add(1)
 	return err
 }
 
-// FileBytes implements Raw: the stored encoding from the wrapped index, which checks visibility
-// in the same query. Nothing is decoded and nothing is cached.
+// FileBytes implements Index: the stored encoding from the wrapped index, which checks
+// visibility in the same query. Nothing is decoded and nothing is cached.
 func (c *FileCache) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	return c.raw.FileBytes(ctx, h, scope)
+	return c.next.FileBytes(ctx, h, scope)
 }
 
-// LayoutBytes implements Raw through the wrapped index's Raw view.
+// LayoutBytes implements Index through the wrapped index.
 func (c *FileCache) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	return c.raw.LayoutBytes(ctx, hs)
+	return c.next.LayoutBytes(ctx, hs)
 }
 
-// ShardBody implements ShardBodies through the wrapped index (see ShardBodyOf).
+// ShardBody implements Index through the wrapped index.
 func (c *FileCache) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	return ShardBodyOf(ctx, c.Index, h)
+	return c.next.ShardBody(ctx, h)
 }
+
+// PutXorb implements Index through the wrapped index.
+func (c *FileCache) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
+	return c.next.PutXorb(ctx, l, storedSize)
+}
+
+// Layouts implements Index through the wrapped index.
+func (c *FileCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	return c.next.Layouts(ctx, hs)
+}
+
+// XorbSize implements Index through the wrapped index.
+func (c *FileCache) XorbSize(ctx context.Context, x hash.Hash) (uint64, error) {
+	return c.next.XorbSize(ctx, x)
+}
+
+// RegisterShard implements Index through the wrapped index. A registration only adds
+// visibility, and negative answers are never cached, so nothing here goes stale.
+func (c *FileCache) RegisterShard(ctx context.Context, r *Registration) (bool, error) {
+	return c.next.RegisterShard(ctx, r)
+}
+
+// DedupXorbs implements Index through the wrapped index.
+func (c *FileCache) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
+	return c.next.DedupXorbs(ctx, chunk)
+}
+
+// RecordPossession implements Index through the wrapped index.
+func (c *FileCache) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	return c.next.RecordPossession(ctx, scope, x)
+}
+
+// Possessed implements Index through the wrapped index.
+func (c *FileCache) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	return c.next.Possessed(ctx, scope, hs)
+}
+
+// Events implements Index through the wrapped index.
+func (c *FileCache) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
+	return c.next.Events(ctx, after, limit)
+}
+
+// Ping implements Index through the wrapped index.
+func (c *FileCache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
 
 func (c *FileCache) checkOpen() error {
 	c.mu.RLock()
@@ -289,46 +330,12 @@ func (c *FileCache) Close() error {
 		c.closed = true
 		c.recs.Close()
 		c.vis.Close()
-		c.err = c.Index.Close()
+		c.err = c.next.Close()
 	}
 	return c.err
 }
 
-// Lookups is the part of an Index that RawOf needs.
-type Lookups interface {
-	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
-	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
-}
-
-// RawOf returns the Raw view of ix: ix itself when it implements Raw (the implementations and
-// both caches do), else an adapter that encodes what ix's File and Layouts return.
-func RawOf(ix Lookups) Raw {
-	if r, ok := ix.(Raw); ok {
-		return r
-	}
-	return encodingRaw{ix}
-}
-
-// encodingRaw implements Raw for an Index without one by encoding decoded values.
-type encodingRaw struct{ ix Lookups }
-
-func (e encodingRaw) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
-	rec, err := e.ix.File(ctx, h, scope)
-	if err != nil {
-		return nil, err
-	}
-	return rec.MarshalBinary()
-}
-
-func (e encodingRaw) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
-	m, err := e.ix.Layouts(ctx, hs)
-	if err != nil {
-		return nil, err
-	}
-	return encodeLayouts(m)
-}
-
-// encodeLayouts encodes decoded layouts for Raw.
+// encodeLayouts encodes decoded layouts for LayoutBytes.
 func encodeLayouts(m map[hash.Hash]*xorb.Layout) (map[hash.Hash][]byte, error) {
 	out := make(map[hash.Hash][]byte, len(m))
 	for h, l := range m {

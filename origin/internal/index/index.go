@@ -2,8 +2,11 @@
 // visibility, shard registrations, the global-dedup table and the log of visibility revocations
 // that edges follow. Two implementations satisfy Index and pass one conformance suite
 // (index/indextest): index/postgres for production and index/sqlite for the embedded single node.
-// LayoutCache and FileCache are decorators that keep decoded xorb layouts and file records in
-// memory; the origin wraps either implementation with both.
+// Decorators implement Index around an Index, every method explicitly (none embeds the index it
+// wraps, so a method added to Index fails to compile until each decorator decides what to do
+// with it; decorators_test.go checks this): LayoutCache and FileCache keep decoded xorb layouts
+// and file records in memory, Timeouts bounds every call, Metrics counts and times them. The
+// origin's stack is built in one place, origin/internal/backend.
 //
 // # Schema
 //
@@ -144,33 +147,27 @@ type Index interface {
 	// Close releases the database. Calls after Close fail with ErrUnavailable. Close is
 	// idempotent.
 	Close() error
+	Raw
+	ShardBodies
 }
 
-// Raw is implemented by both implementations beside Index: the same lookups, answered with the
-// stored encodings (recon.FileRecord.MarshalBinary, xorb.Layout.MarshalBinary) undecoded, for
-// the origin's internal API that ships them to edges as they are. The bytes are not verified.
+// Raw is part of Index: the same lookups as File and Layouts, answered with the stored
+// encodings (recon.FileRecord.MarshalBinary, xorb.Layout.MarshalBinary) undecoded, for the
+// origin's internal API that ships them to edges as they are. The bytes are not verified.
 type Raw interface {
+	// FileBytes is File's stored record, visibility checked in the same round trip.
 	FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error)
+	// LayoutBytes is Layouts' stored layouts.
 	LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error)
 }
 
-// ShardBodies is implemented by both implementations beside Index: the shard bodies that
-// registrations kept inline (Registration.Body).
+// ShardBodies is part of Index: the shard bodies that registrations kept inline
+// (Registration.Body).
 type ShardBodies interface {
 	// ShardBody returns the body registered inline with shard h. It returns nil and no error
 	// when the shard is registered without one (its body is in the object store), and
 	// ErrNotFound when the shard is unknown.
 	ShardBody(ctx context.Context, h hash.Hash) ([]byte, error)
-}
-
-// ShardBodyOf asks ix for the inline body of shard h when ix implements ShardBodies, and fails
-// wrapping ErrInvalid when it does not (it then keeps no bodies).
-func ShardBodyOf(ctx context.Context, ix Index, h hash.Hash) ([]byte, error) {
-	sb, ok := ix.(ShardBodies)
-	if !ok {
-		return nil, fmt.Errorf("%w: %T keeps no shard bodies", ErrInvalid, ix)
-	}
-	return sb.ShardBody(ctx, h)
 }
 
 // DecodeFile decodes the stored record of file h. A record that does not decode, or names

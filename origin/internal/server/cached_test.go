@@ -29,9 +29,6 @@ func cachedStack(b backend) backend {
 	}}
 }
 
-// decodedOnly hides the Raw methods of an index, for the internal API's fallback path.
-type decodedOnly struct{ index.Index }
-
 func TestReconstructionCached(t *testing.T) {
 	for _, b := range backends(t) {
 		b := cachedStack(b)
@@ -40,20 +37,17 @@ func TestReconstructionCached(t *testing.T) {
 }
 
 // TestInternalAPIStoredEncodings checks that the internal API ships exactly the stored
-// encodings, through the caches and without Raw, and that a Hide through the caches is seen by
+// encodings, through the caches and without them, and that a Hide through the caches is seen by
 // every read route at once.
 func TestInternalAPIStoredEncodings(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			db, objs := b.open(t)
-			raw, ok := db.(index.Raw)
-			if !ok {
-				t.Fatalf("%T does not implement index.Raw", db)
-			}
+			raw := db
 			cached := cachedStack(backend{open: func(testing.TB) (index.Index, Objects) { return db, objs }})
 			idx, _ := cached.open(t)
 			e := newEnvWith(t, idx, objs)
-			plain := newEnvWith(t, decodedOnly{db}, objs)
+			plain := newEnvWith(t, db, objs) // no caches
 			f := makeFixture(t, 33, 3, 5, 700)
 			scope := "models/i/cached"
 			e.upload(f, scope)
@@ -73,7 +67,7 @@ func TestInternalAPIStoredEncodings(t *testing.T) {
 				expect(t, e.do("HEAD", filePath, edge, nil), 200)
 			}
 			if got := expect(t, plain.do("GET", filePath, plainEdge, nil), 200); !bytes.Equal(got, want) {
-				t.Fatal("internal file answer without Raw differs from the stored record")
+				t.Fatal("internal file answer without the caches differs from the stored record")
 			}
 
 			unknown := hash.Chunk([]byte("unknown"))
@@ -102,7 +96,7 @@ func TestInternalAPIStoredEncodings(t *testing.T) {
 				}
 			}
 			if got := expect(t, plain.do("GET", path, plainEdge, nil), 200); !bytes.Equal(got, exp) {
-				t.Fatal("layouts answer without Raw differs from the stored encodings")
+				t.Fatal("layouts answer without the caches differs from the stored encodings")
 			}
 
 			// Warm the record cache through the client routes, then hide through the caches.

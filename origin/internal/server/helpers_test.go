@@ -18,10 +18,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	originbackend "github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/sqlite"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
@@ -112,6 +114,7 @@ func newEnvOptions(t testing.TB, idx index.Index, objs Objects, edit func(*Optio
 	if edit != nil {
 		edit(&o)
 	}
+	o.Index, o.Objects = productionLayers(t, o)
 	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +123,38 @@ func newEnvOptions(t testing.TB, idx index.Index, objs Objects, edit func(*Optio
 	ts.Start()
 	t.Cleanup(ts.Close)
 	return &env{t: t, cfg: &cfg, srv: srv, ts: ts, idx: idx, objs: objs, keys: k, clock: clk, reg: reg}
+}
+
+// productionLayers wraps the index and object store of o in the decorators backend.Open puts
+// around them in production (metrics on o.Registerer, timeouts of o.DependencyTimeout: 0 =
+// DefaultDependencyTimeout, < 0 = none), since the server wraps nothing itself. The caches are
+// left to each test (cachedStack).
+func productionLayers(t testing.TB, o Options) (Index, Objects) {
+	t.Helper()
+	d := o.DependencyTimeout
+	if d == 0 {
+		d = DefaultDependencyTimeout
+	}
+	ix, ok := o.Index.(index.Index)
+	if !ok {
+		t.Fatalf("%T is not an index.Index", o.Index)
+	}
+	objs, ok := o.Objects.(objstore.ObjectStore)
+	if !ok {
+		t.Fatalf("%T is not an objstore.ObjectStore", o.Objects)
+	}
+	// backend.LayersOf sets LocalBodies from the configured driver; here the store is at hand.
+	_, local := objs.(*objstore.Local)
+	l := originbackend.Layers{Timeout: d, Registerer: o.Registerer, LocalBodies: local}
+	wix, err := originbackend.WrapIndex(ix, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wobjs, err := originbackend.WrapObjects(objs, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wix, wobjs
 }
 
 func (e *env) token(scope string, a auth.Access) string {

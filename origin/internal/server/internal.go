@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -45,7 +44,7 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		return nil
 	}
-	b, err := index.RawOf(s.idx).FileBytes(ctx, h, scope)
+	b, err := s.idx.FileBytes(ctx, h, scope)
 	if err != nil {
 		return err
 	}
@@ -54,8 +53,8 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 
 // internalLayouts: GET /internal/v1/layouts?h=H&h=H… → the layouts answer
 // (internalapi.AppendLayouts): the found xorbs' binary layouts in request order, missing
-// xorbs left out, repeats answered once. The encodings come from index.Raw when the index
-// offers it (stored bytes, or cached layouts encoded), so no layout is decoded for this route.
+// xorbs left out, repeats answered once. The encodings come from index.Raw (stored bytes, or
+// cached layouts encoded), so no layout is decoded for this route.
 func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 	hs := r.URL.Query()[internalapi.ParamHash]
 	if len(hs) == 0 || len(hs) > internalapi.MaxLayoutsPerRequest {
@@ -79,10 +78,9 @@ func (s *Server) internalLayouts(w http.ResponseWriter, r *http.Request) error {
 	return writeBinary(w, out)
 }
 
-// layoutBytes returns the binary layouts of the xorbs in hs that exist: from index.Raw when
-// the index implements it, else decoded layouts encoded again.
+// layoutBytes returns the binary layouts of the xorbs in hs that exist (index.Raw).
 func (s *Server) layoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
-	return index.RawOf(s.idx).LayoutBytes(ctx, hs)
+	return s.idx.LayoutBytes(ctx, hs)
 }
 
 // internalXorb: GET /internal/v1/xorbs/{hash} with an optional single Range → raw bytes of the

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -42,7 +41,7 @@ func TestInternalAnswersMatchCodec(t *testing.T) {
 			missing := hash.Chunk([]byte("missing"))
 			ask := []hash.Hash{g.layouts[1].Hash, missing, f.layouts[0].Hash, g.layouts[1].Hash, f.layouts[2].Hash}
 			body := expect(t, e.do("GET", internalapi.LayoutsTarget(ask), edge, nil), 200)
-			raw, err := index.RawOf(e.idx).LayoutBytes(ctx, ask)
+			raw, err := e.idx.LayoutBytes(ctx, ask)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -145,7 +145,7 @@ func (c *countingIndex) File(ctx context.Context, h hash.Hash, scope string) (*r
 
 func (c *countingIndex) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
 	c.n.Add(1)
-	return c.Index.(index.Raw).FileBytes(ctx, h, scope)
+	return c.Index.FileBytes(ctx, h, scope)
 }
 
 // TestTransferVisibilityCached: behind the origin's FileCache, the transfer route's visibility

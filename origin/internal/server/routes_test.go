@@ -273,7 +273,9 @@ func (failingStore) Get(context.Context, string) (io.ReadCloser, int64, error) {
 func (failingStore) GetRange(context.Context, string, int64, int64) (io.ReadCloser, error) {
 	return nil, errStoreDown
 }
-func (failingStore) Ping(context.Context) error { return errStoreDown }
+func (failingStore) Stat(context.Context, string) (int64, error) { return 0, errStoreDown }
+func (failingStore) Delete(context.Context, string) error        { return errStoreDown }
+func (failingStore) Ping(context.Context) error                  { return errStoreDown }
 
 func TestObjectStoreDown(t *testing.T) {
 	idx, _ := sqliteLocal().open(t)

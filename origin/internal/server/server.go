@@ -39,6 +39,7 @@ import (
 // Index is the part of the index the server uses.
 type Index interface {
 	ingest.Index
+	index.Raw
 	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
 	Events(ctx context.Context, after int64, limit int) ([]index.Event, error)
@@ -69,8 +70,8 @@ type Options struct {
 	ErrorRules []httpapi.Rule
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
-	// DependencyTimeout bounds every call to the index and the object store, so that a
-	// dependency that stops answering gets 503s instead of hung requests (deadline.go):
+	// DependencyTimeout bounds a whole batch reconstruction's lookups (each call is bounded by
+	// the index and object store decorators backend.Open puts around Index and Objects):
 	// 0 = DefaultDependencyTimeout, < 0 = unbounded.
 	DependencyTimeout time.Duration
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
@@ -126,10 +127,6 @@ func New(o Options) (*Server, error) {
 	rules := append(append([]httpapi.Rule(nil), o.ErrorRules...), baseRules()...)
 	if o.DependencyTimeout == 0 {
 		o.DependencyTimeout = DefaultDependencyTimeout
-	}
-	if o.DependencyTimeout > 0 {
-		o.Index = newBoundedIndex(o.Index, o.DependencyTimeout)
-		o.Objects = newBoundedObjects(o.Objects, o.DependencyTimeout)
 	}
 	s := &Server{
 		cfg:  o.Config,

@@ -71,7 +71,7 @@ func BenchRegister(b *testing.B, ix index.Index, workers int) {
 }
 
 // BenchFileLarge measures File of a record of LargeTerms terms, one call at a time, and
-// reports p50/p99, in sub-benchmarks "decoded" (File) and, when ix implements index.Raw, "raw"
+// reports p50/p99, in sub-benchmarks "decoded" (File) and "raw"
 // (FileBytes). SetBytes is the encoded record size.
 func BenchFileLarge(b *testing.B, ix index.Index) {
 	g := NewGen(uint64(time.Now().UnixNano()))
@@ -92,21 +92,19 @@ func BenchFileLarge(b *testing.B, ix index.Index) {
 			return err
 		})
 	})
-	if raw, ok := ix.(index.Raw); ok {
-		b.Run("raw", func(b *testing.B) {
-			b.SetBytes(int64(len(enc)))
-			timed(b, func() error {
-				_, err := raw.FileBytes(b.Context(), h, r.Scope)
-				return err
-			})
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		timed(b, func() error {
+			_, err := ix.FileBytes(b.Context(), h, r.Scope)
+			return err
 		})
-	}
+	})
 }
 
 // BenchLayouts measures Layouts of n full (xorb.MaxChunks-chunk) xorbs, one call at a time
 // (n = 2 is what a ranged reconstruction needs: the first and last term's xorbs), and reports
-// p50/p99, decoded (Layouts, which verifies every layout's merkle hash) and, when ix implements
-// index.Raw, raw (LayoutBytes). SetBytes is the encoded size of the n layouts.
+// p50/p99, decoded (Layouts, which verifies every layout's merkle hash) and
+// raw (LayoutBytes). SetBytes is the encoded size of the n layouts.
 func BenchLayouts(b *testing.B, ix index.Index, n int) {
 	g := NewGen(uint64(time.Now().UnixNano()))
 	hs := make([]hash.Hash, n)
@@ -130,15 +128,13 @@ func BenchLayouts(b *testing.B, ix index.Index, n int) {
 			return err
 		})
 	})
-	if raw, ok := ix.(index.Raw); ok {
-		b.Run("raw", func(b *testing.B) {
-			b.SetBytes(size)
-			timed(b, func() error {
-				_, err := raw.LayoutBytes(b.Context(), hs)
-				return err
-			})
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(size)
+		timed(b, func() error {
+			_, err := ix.LayoutBytes(b.Context(), hs)
+			return err
 		})
-	}
+	})
 }
 
 // timed runs fn b.N times, one at a time, and reports the p50/p99 latency.

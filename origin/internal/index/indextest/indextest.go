@@ -173,15 +173,13 @@ func wantFile(t *testing.T, ix index.Index, rec *recon.FileRecord, scope string)
 		t.Fatalf("File(%s, %q) returned a record of %d terms, size %d; want the registered one of %d terms, size %d",
 			rec.Hash, scope, len(got.Terms), got.Size, len(rec.Terms), rec.Size)
 	}
-	if raw, ok := ix.(index.Raw); ok {
-		b, err := raw.FileBytes(ctxOf(t), rec.Hash, scope)
-		if err != nil {
-			t.Fatalf("FileBytes(%s, %q): %v", rec.Hash, scope, err)
-		}
-		want, _ := rec.MarshalBinary()
-		if !bytes.Equal(b, want) {
-			t.Fatalf("FileBytes(%s, %q) differs from the record's encoding", rec.Hash, scope)
-		}
+	b, err := ix.FileBytes(ctxOf(t), rec.Hash, scope)
+	if err != nil {
+		t.Fatalf("FileBytes(%s, %q): %v", rec.Hash, scope, err)
+	}
+	want, _ := rec.MarshalBinary()
+	if !bytes.Equal(b, want) {
+		t.Fatalf("FileBytes(%s, %q) differs from the record's encoding", rec.Hash, scope)
 	}
 }
 
@@ -192,10 +190,8 @@ func wantHidden(t *testing.T, ix index.Index, f hash.Hash, scope string) {
 	if !errors.Is(err, index.ErrNotFound) {
 		t.Fatalf("File(%s, %q) = %v, %v; want ErrNotFound", f, scope, got, err)
 	}
-	if raw, ok := ix.(index.Raw); ok {
-		if b, err := raw.FileBytes(ctxOf(t), f, scope); !errors.Is(err, index.ErrNotFound) {
-			t.Fatalf("FileBytes(%s, %q) = %d bytes, %v; want ErrNotFound", f, scope, len(b), err)
-		}
+	if b, err := ix.FileBytes(ctxOf(t), f, scope); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("FileBytes(%s, %q) = %d bytes, %v; want ErrNotFound", f, scope, len(b), err)
 	}
 }
 
@@ -266,12 +262,10 @@ func testLayouts(t *testing.T, ix index.Index) {
 	if err != nil || len(got) != 1 || !sameLayout(got[xs[5].l.Hash], xs[5].l) {
 		t.Errorf("Layouts(1201 hashes) = %d entries, %v; want exactly xorb 5", len(got), err)
 	}
-	if raw, ok := ix.(index.Raw); ok {
-		m, err := raw.LayoutBytes(ctx, []hash.Hash{xs[1].l.Hash, missing[2]})
-		want, _ := xs[1].l.MarshalBinary()
-		if err != nil || len(m) != 1 || !bytes.Equal(m[xs[1].l.Hash], want) {
-			t.Errorf("LayoutBytes = %d entries, %v; want xorb 1's encoding", len(m), err)
-		}
+	m, err := ix.LayoutBytes(ctx, []hash.Hash{xs[1].l.Hash, missing[2]})
+	want, _ := xs[1].l.MarshalBinary()
+	if err != nil || len(m) != 1 || !bytes.Equal(m[xs[1].l.Hash], want) {
+		t.Errorf("LayoutBytes = %d entries, %v; want xorb 1's encoding", len(m), err)
 	}
 	if err := ix.Ping(ctx); err != nil {
 		t.Errorf("Ping: %v", err)
@@ -669,11 +663,7 @@ func (g *Gen) Body(n int) []byte {
 
 func shardBodies(t *testing.T, ix index.Index) index.ShardBodies {
 	t.Helper()
-	sb, ok := ix.(index.ShardBodies)
-	if !ok {
-		t.Fatalf("%T does not implement index.ShardBodies", ix)
-	}
-	return sb
+	return ix
 }
 
 // wantBody checks that ShardBody(h) returns exactly want (nil: registered without a body).

@@ -1,0 +1,125 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// Timeouts is an Index decorator that bounds every call but RegisterShard and Close.
+//
+// An index that refuses or resets connections fails fast, but one that stops answering (a
+// network partition, a hung server) would hold a request until the client gives up: pgx
+// queries run under the caller's context and have no bound of their own. Each call therefore
+// runs under a context that ends after the timeout, and a call cut off that way fails wrapping
+// ErrUnavailable (the origin answers 503 with Retry-After). A caller that leaves first gets its
+// own context's error, not ErrUnavailable. RegisterShard is not bounded here: the index bounds
+// it itself (postgres.Options.WriteTimeout), because a queued registration must learn whether it
+// committed.
+type Timeouts struct {
+	next Index
+	d    time.Duration
+}
+
+// NewTimeouts wraps ix with the bound d, which must be positive.
+func NewTimeouts(ix Index, d time.Duration) (*Timeouts, error) {
+	if d <= 0 {
+		return nil, fmt.Errorf("%w: index timeout %v", ErrInvalid, d)
+	}
+	return &Timeouts{next: ix, d: d}, nil
+}
+
+// Timeout is the bound of each call.
+func (t *Timeouts) Timeout() time.Duration { return t.d }
+
+// Unwrap returns the wrapped index.
+func (t *Timeouts) Unwrap() Index { return t.next }
+
+// Bound runs call under a context that ends after d and turns that end into an error wrapping
+// ErrUnavailable that names what did not answer; d <= 0 runs call unbounded. A caller whose own
+// context ends first gets that context's error.
+func Bound[T any](ctx context.Context, d time.Duration, what string, call func(context.Context) (T, error)) (T, error) {
+	if d <= 0 {
+		return call(ctx)
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, d, errTimeout)
+	defer cancel()
+	v, err := call(cctx)
+	if err != nil && ctx.Err() == nil && context.Cause(cctx) == errTimeout {
+		err = fmt.Errorf("%w: %s did not answer within %v: %w", ErrUnavailable, what, d, err)
+	}
+	return v, err
+}
+
+var errTimeout = fmt.Errorf("index: call timeout")
+
+func (t *Timeouts) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (bool, error) { return t.next.PutXorb(ctx, l, storedSize) })
+}
+
+func (t *Timeouts) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (map[hash.Hash]*xorb.Layout, error) { return t.next.Layouts(ctx, hs) })
+}
+
+func (t *Timeouts) XorbSize(ctx context.Context, x hash.Hash) (uint64, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (uint64, error) { return t.next.XorbSize(ctx, x) })
+}
+
+// RegisterShard is not bounded here (see Timeouts).
+func (t *Timeouts) RegisterShard(ctx context.Context, r *Registration) (bool, error) {
+	return t.next.RegisterShard(ctx, r)
+}
+
+func (t *Timeouts) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (*recon.FileRecord, error) { return t.next.File(ctx, h, scope) })
+}
+
+func (t *Timeouts) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.DedupXorbs(ctx, chunk) })
+}
+
+func (t *Timeouts) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.next.RecordPossession(ctx, scope, x)
+	})
+	return err
+}
+
+func (t *Timeouts) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (map[hash.Hash]bool, error) { return t.next.Possessed(ctx, scope, hs) })
+}
+
+func (t *Timeouts) Hide(ctx context.Context, scope string, files []hash.Hash) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.next.Hide(ctx, scope, files)
+	})
+	return err
+}
+
+func (t *Timeouts) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]Event, error) { return t.next.Events(ctx, after, limit) })
+}
+
+func (t *Timeouts) Ping(ctx context.Context) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.next.Ping(ctx) })
+	return err
+}
+
+// Close is not bounded: it waits for the wrapped index to release its resources.
+func (t *Timeouts) Close() error { return t.next.Close() }
+
+func (t *Timeouts) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]byte, error) { return t.next.FileBytes(ctx, h, scope) })
+}
+
+func (t *Timeouts) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Hash][]byte, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (map[hash.Hash][]byte, error) { return t.next.LayoutBytes(ctx, hs) })
+}
+
+func (t *Timeouts) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]byte, error) { return t.next.ShardBody(ctx, h) })
+}
