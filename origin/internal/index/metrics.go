@@ -54,10 +54,11 @@ func NewMetrics(ix Index, reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		if err := reg.Register(calls); err != nil {
 			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-			if !ok {
+			prev, same := are.ExistingCollector.(*prometheus.HistogramVec)
+			if !ok || !same {
 				return nil, err
 			}
-			calls = are.ExistingCollector.(*prometheus.HistogramVec)
+			calls = prev
 		}
 	}
 	return &Metrics{next: ix, calls: calls}, nil
