@@ -92,6 +92,7 @@ type Server struct {
 	signer   *urlsign.Signer
 	ingest   *ingest.Service
 	ingestMu *semaphore.Weighted // bytes of upload bodies held in memory
+	scopes   *scopeSlots         // uploads in flight per scope
 	permits  *permits            // extra goroutines for writing big reconstruction answers
 	m        *metrics
 	mux      *http.ServeMux
@@ -143,6 +144,7 @@ func New(o Options) (*Server, error) {
 		jwks:     jwks,
 		signer:   signer,
 		ingestMu: semaphore.NewWeighted(o.Config.Limits.IngestMemory),
+		scopes:   newScopeSlots(o.Config.Limits.UploadsPerScope),
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
@@ -159,6 +161,9 @@ func baseRules() []httpapi.Rule {
 	return []httpapi.Rule{
 		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
 		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
+		{Err: ErrScopeBusy, Status: http.StatusTooManyRequests, Code: "too_many_uploads"},
+		{Err: ErrIngestBusy, Status: http.StatusServiceUnavailable, Code: "ingest_busy"},
+		{Err: ErrBodyDeadline, Status: http.StatusRequestTimeout, Code: "body_deadline"},
 		{Err: ingest.ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
 		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
 		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},
