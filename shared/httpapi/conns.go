@@ -286,3 +286,19 @@ func NewServer(h http.Handler, lim ServerLimits, errLog *log.Logger) *http.Serve
 		},
 	}
 }
+
+// ReadFrom keeps the connection's sendfile path (net/http uses it when the connection has it).
+func (c *limitConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// CloseWrite half-closes the connection, as net/http does before closing after an error.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
