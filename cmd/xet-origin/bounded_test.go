@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -254,4 +256,120 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestNonReadingDownloaders is issue 9's attack 5 against the origin binary: 500 clients ask
+// for a signed transfer URL of a 8 MiB xorb and never read. Fresh downloads keep their latency
+// while they hold on, and every stalled answer is cut off at the write progress deadline, so
+// the origin's open fds fall back to where they were.
+func TestNonReadingDownloaders(t *testing.T) {
+	bin := buildBinary(t)
+	o := newOrigin(t, bin)
+	const attackers = 500
+	const progress = 6 * time.Second
+	withLimits(t, o, map[string]any{"write_progress": progress.String(), "idle_timeout": "5s"})
+	p := o.start(t)
+	w, r := o.token(t, "models/acme/stall", "write"), o.token(t, "models/acme/stall", "read")
+
+	b := xorb.NewBuilder(xorb.None)
+	var chunks [][]byte
+	for range 128 {
+		raw := make([]byte, 64<<10)
+		for i := range raw {
+			raw[i] = byte(mrand.IntN(256))
+		}
+		b.Add(raw, hash.Chunk(raw))
+		chunks = append(chunks, raw)
+	}
+	x := xorbUp{chunks: chunks}
+	x.body, x.layout = b.Finish()
+	x.hash = x.layout.Hash
+	f := makeFile(x)
+	if st, body := call(t, "POST", o.base()+x.path(), w, x.body); st != 200 {
+		t.Fatalf("xorb upload: %d %s", st, body)
+	}
+	if st, body := call(t, "POST", o.base()+"/v1/shards", w, f.shard); st != 200 {
+		t.Fatalf("shard upload: %d %s", st, body)
+	}
+	st, body := call(t, "GET", o.base()+"/v1/reconstructions/"+f.hash.String(), r, nil)
+	if st != 200 {
+		t.Fatalf("reconstruction: %d %s", st, body)
+	}
+	var ans struct {
+		FetchInfo map[string][]struct {
+			URL      string                     `json:"url"`
+			URLRange struct{ Start, End int64 } `json:"url_range"`
+		} `json:"fetch_info"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil || len(ans.FetchInfo) != 1 {
+		t.Fatalf("reconstruction %s: %v", body, err)
+	}
+	var url, rng string
+	var size int64
+	for _, fis := range ans.FetchInfo {
+		url, size = fis[0].URL, fis[0].URLRange.End-fis[0].URLRange.Start+1
+		rng = fmt.Sprintf("bytes=%d-%d", fis[0].URLRange.Start, fis[0].URLRange.End)
+	}
+	fresh := func() (time.Duration, error) {
+		a, err := do("GET", url, "", nil, "Range", rng)
+		if err == nil && (a.status != http.StatusPartialContent || int64(len(a.body)) != size) {
+			err = fmt.Errorf("status %d, %d of %d bytes", a.status, len(a.body), size)
+		}
+		return a.took, err
+	}
+	if _, err := fresh(); err != nil {
+		t.Fatalf("download before the attack: %v", err)
+	}
+	fds := func() int {
+		es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Pid()))
+		if err != nil {
+			t.Skipf("cannot count fds: %v", err)
+		}
+		return len(es)
+	}
+	base := fds()
+
+	path := url[strings.Index(url[len("http://"):], "/")+len("http://"):]
+	start := time.Now()
+	for range attackers {
+		c, err := net.Dial("tcp", o.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if sc, ok := c.(*net.TCPConn); ok {
+			sc.SetReadBuffer(4096)
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nRange: %s\r\n\r\n", path, o.addr, rng)
+	}
+	time.Sleep(500 * time.Millisecond)
+	held := fds()
+	t.Logf("%d non-readers connected in %v; origin fds %d → %d", attackers, time.Since(start).Round(time.Millisecond), base, held)
+	if held < base+attackers*9/10 {
+		t.Fatalf("origin holds %d fds with %d non-readers (from %d): the attack did not take", held, attackers, base)
+	}
+	var took []time.Duration
+	for i := range 10 {
+		d, err := fresh()
+		if err != nil {
+			t.Fatalf("fresh download %d during the attack: %v", i, err)
+		}
+		took = append(took, d)
+	}
+	slices.Sort(took)
+	t.Logf("fresh downloads during the attack: median %v, max %v", took[len(took)/2].Round(time.Millisecond),
+		took[len(took)-1].Round(time.Millisecond))
+	if took[len(took)/2] > time.Second {
+		t.Errorf("median fresh download took %v during the attack, want under 1 s", took[len(took)/2])
+	}
+	if err := eventually(progress+15*time.Second, func() error {
+		if n := fds(); n > base+20 {
+			return fmt.Errorf("origin still holds %d fds (base %d) %v after %d non-readers connected (write progress %v)",
+				n, base, time.Since(start).Round(time.Second), attackers, progress)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("origin fds back to base %v after the attack started", time.Since(start).Round(time.Millisecond))
 }
