@@ -95,13 +95,12 @@ func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server 
 	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 }
 
-// ConnLimits are the connection bounds of the configuration, with a limiter whose refusals
-// (connections over the per-address cap) are counted in xet_origin_connections_refused_total.
+// ConnLimits are the connection bounds of the configuration, with the server's limiter (its
+// refusals are counted in xet_origin_connections_refused_total, its slots in use in
+// xet_origin_connections_open).
 func (s *Server) ConnLimits() ConnLimits {
 	l := s.cfg.Limits
-	lim := httpapi.NewConnLimiter(l.MaxConnections, l.MaxConnectionsPerIP)
-	lim.OnRefuse = s.m.connRefused.Inc
-	return ConnLimits{Limiter: lim, ServerLimits: httpapi.ServerLimits{
+	return ConnLimits{Limiter: s.conns, ServerLimits: httpapi.ServerLimits{
 		ReadHeaderTimeout: l.ReadHeaderTimeout.D(), IdleTimeout: l.IdleTimeout.D(),
 		WriteProgress: l.WriteProgress.D()}}
 }

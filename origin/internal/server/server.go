@@ -91,9 +91,10 @@ type Server struct {
 	jwks     []byte
 	signer   *urlsign.Signer
 	ingest   *ingest.Service
-	ingestMu *semaphore.Weighted // bytes of upload bodies held in memory
-	scopes   *scopeSlots         // uploads in flight per scope
-	permits  *permits            // extra goroutines for writing big reconstruction answers
+	ingestMu *semaphore.Weighted  // bytes of upload bodies held in memory
+	scopes   *scopeSlots          // uploads in flight per scope
+	conns    *httpapi.ConnLimiter // the main listener's connection cap (ConnLimits)
+	permits  *permits             // extra goroutines for writing big reconstruction answers
 	m        *metrics
 	mux      *http.ServeMux
 	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
@@ -149,6 +150,13 @@ func New(o Options) (*Server, error) {
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
 		draining: make(chan struct{}),
+	}
+	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
+	s.conns.OnRefuse = s.m.connRefused.Inc
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xet_origin_connections_open",
+			Help: "Connections holding a slot of limits.max_connections on the main listener."},
+			func() float64 { return float64(s.conns.Open()) }))
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
