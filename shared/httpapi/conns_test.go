@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go/http3"
 )
 
 // TestConnLimiterHoldsAtCap: at the cap a new connection is not accepted (it waits in the
@@ -120,14 +123,14 @@ func isReset(err error) bool {
 }
 
 // TestWriteProgressCutsStalledReaders serves a body larger than every buffer between server
-// and client on HTTP/1.1 and HTTP/2, to a client that reads nothing: the handler's write must
+// and client on HTTP/1.1, HTTP/2 and HTTP/3 (quic-go), to a client that reads nothing: the handler's write must
 // fail soon after the progress deadline, while a client that reads gets the whole body even
 // though it takes longer than the deadline in all (so the deadline is per write, not per
 // answer).
 func TestWriteProgressCutsStalledReaders(t *testing.T) {
 	const d = 300 * time.Millisecond
 	body := bytes.Repeat([]byte("x"), 64<<20)
-	for _, proto := range []string{"h1", "h2"} {
+	for _, proto := range []string{"h1", "h2", "h3"} {
 		t.Run(proto, func(t *testing.T) {
 			failed := make(chan time.Duration, 4)
 			h := WriteProgress(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -151,13 +154,26 @@ func TestWriteProgressCutsStalledReaders(t *testing.T) {
 			srv.EnableHTTP2 = proto == "h2"
 			srv.StartTLS()
 			defer srv.Close()
-			c := srv.Client()
-			resp, err := c.Get(srv.URL + "/stall")
+			c, base := srv.Client(), srv.URL
+			if proto == "h3" { // quic-go's HTTP/3 server, with the test server's certificate
+				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				h3 := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
+					Certificates: srv.TLS.Certificates, MinVersion: tls.VersionTLS13})}
+				go h3.Serve(pc)
+				defer h3.Close()
+				tr := &http3.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+				defer tr.Close()
+				c, base = &http.Client{Transport: tr}, "https://"+pc.LocalAddr().String()
+			}
+			resp, err := c.Get(base + "/stall")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			if got := resp.ProtoMajor; got != map[string]int{"h1": 1, "h2": 2}[proto] {
+			if got := resp.ProtoMajor; got != map[string]int{"h1": 1, "h2": 2, "h3": 3}[proto] {
 				t.Fatalf("protocol %d", got)
 			}
 			select {
@@ -168,7 +184,7 @@ func TestWriteProgressCutsStalledReaders(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the write to a client that reads nothing never failed")
 			}
-			resp2, err := c.Get(srv.URL + "/slow")
+			resp2, err := c.Get(base + "/slow")
 			if err != nil {
 				t.Fatal(err)
 			}
