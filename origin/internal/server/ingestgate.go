@@ -110,13 +110,15 @@ func (b *bodyReader) release() {
 }
 
 // clampedDeadline sets read deadlines no later than end, whatever the pace reader asks for.
+// The zero time (the body ended) is passed on: a deadline left on the connection would fire
+// in net/http's background read while the upload is stored, and cancel the request.
 type clampedDeadline struct {
 	rc  *http.ResponseController
 	end time.Time
 }
 
 func (c clampedDeadline) SetReadDeadline(t time.Time) error {
-	if t.IsZero() || t.After(c.end) {
+	if !t.IsZero() && t.After(c.end) {
 		t = c.end
 	}
 	return c.rc.SetReadDeadline(t)
