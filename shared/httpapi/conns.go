@@ -6,7 +6,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -132,6 +134,7 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
+		limitUnsent(c)
 		return &limitConn{Conn: c, release: func() { ll.l.releaseIP(ip); <-ll.l.slots }}, nil
 	}
 }
@@ -145,12 +148,33 @@ type limitConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	stalled atomic.Bool // a write hit its deadline: the peer stopped reading
 }
 
+// Close closes the connection and frees its slot. A connection whose peer stopped reading is
+// reset instead of closed (SO_LINGER 0): a plain close would leave the unsent answer queued
+// in the kernel, holding its memory, for as long as the peer keeps the connection open.
 func (c *limitConn) Close() error {
+	if c.stalled.Load() {
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+func (c *limitConn) noteErr(err error) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.stalled.Store(true)
+	}
+}
+
+func (c *limitConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.noteErr(err)
+	return n, err
 }
 
 // progressChunk is the most one write is given its deadline for: a client must take at
@@ -290,9 +314,11 @@ func NewServer(h http.Handler, lim ServerLimits, errLog *log.Logger) *http.Serve
 // ReadFrom keeps the connection's sendfile path (net/http uses it when the connection has it).
 func (c *limitConn) ReadFrom(r io.Reader) (int64, error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
+		n, err := rf.ReadFrom(r)
+		c.noteErr(err)
+		return n, err
 	}
-	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 // CloseWrite half-closes the connection, as net/http does before closing after an error.
