@@ -20,9 +20,11 @@ import (
 // all, and at most PerIP from one client address (0: no per-address cap). Build it with
 // NewConnLimiter; it is safe for concurrent use.
 type ConnLimiter struct {
-	slots chan struct{}
-	perIP int
 	mu    sync.Mutex
+	cond  *sync.Cond // signalled when a slot frees or a listener closes
+	open  int
+	max   int
+	perIP int
 	byIP  map[string]int
 	// OnRefuse, when set before use, is called for each connection refused for its address.
 	OnRefuse func()
@@ -30,11 +32,43 @@ type ConnLimiter struct {
 
 // NewConnLimiter caps connections at max (> 0) in all and perIP (0: off) per client address.
 func NewConnLimiter(max, perIP int) *ConnLimiter {
-	return &ConnLimiter{slots: make(chan struct{}, max), perIP: perIP, byIP: map[string]int{}}
+	l := &ConnLimiter{max: max, perIP: perIP, byIP: map[string]int{}}
+	l.cond = sync.NewCond(&l.mu)
+	return l
 }
 
 // Open reports how many connections hold a slot.
-func (l *ConnLimiter) Open() int { return len(l.slots) }
+func (l *ConnLimiter) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// wait blocks until a slot is free (taking it when take) or closed reports true.
+func (l *ConnLimiter) wait(closed *atomic.Bool, take bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.open >= l.max {
+		if closed.Load() {
+			return false
+		}
+		l.cond.Wait()
+	}
+	if closed.Load() {
+		return false
+	}
+	if take {
+		l.open++
+	}
+	return true
+}
+
+func (l *ConnLimiter) release() {
+	l.mu.Lock()
+	l.open--
+	l.mu.Unlock()
+	l.cond.Broadcast()
+}
 
 // takeIP counts a connection of ip, or reports false when ip is at its cap.
 func (l *ConnLimiter) takeIP(ip string) bool {
@@ -64,21 +98,23 @@ func (l *ConnLimiter) releaseIP(ip string) {
 // TryAcquire takes a slot for a connection from addr without waiting (for QUIC, whose
 // connections cannot be left waiting in a backlog). The returned release is idempotent.
 func (l *ConnLimiter) TryAcquire(addr net.Addr) (release func(), ok bool) {
-	select {
-	case l.slots <- struct{}{}:
-	default:
+	l.mu.Lock()
+	if l.open >= l.max {
+		l.mu.Unlock()
 		return nil, false
 	}
+	l.open++
+	l.mu.Unlock()
 	ip := hostOf(addr)
 	if !l.takeIP(ip) {
-		<-l.slots
+		l.release()
 		if l.OnRefuse != nil {
 			l.OnRefuse()
 		}
 		return nil, false
 	}
 	var once sync.Once
-	return func() { once.Do(func() { l.releaseIP(ip); <-l.slots }) }, true
+	return func() { once.Do(func() { l.releaseIP(ip); l.release() }) }, true
 }
 
 func hostOf(a net.Addr) string {
@@ -100,34 +136,36 @@ func hostOf(a net.Addr) string {
 
 // Listener wraps ln so that it accepts a connection only while the limiter has a free slot:
 // at the cap, new connections wait in the kernel's accept queue (first come, first served)
-// until one closes, instead of being refused. A connection from an address at its per-address
-// cap is accepted and closed at once. Closing a connection frees its slot.
+// until one closes, instead of being refused. (When another listener of the limiter takes the
+// last slot between this one's wait and its accept, the accepted connection waits for the
+// next slot before it is served: the cap is never exceeded.) A connection from an address at
+// its per-address cap is accepted and closed at once. Closing a connection frees its slot.
 func (l *ConnLimiter) Listener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, l: l, done: make(chan struct{})}
+	return &limitListener{Listener: ln, l: l}
 }
 
 type limitListener struct {
 	net.Listener
-	l         *ConnLimiter
-	done      chan struct{}
-	closeOnce sync.Once
+	l      *ConnLimiter
+	closed atomic.Bool
 }
 
 func (ll *limitListener) Accept() (net.Conn, error) {
 	for {
-		select {
-		case ll.l.slots <- struct{}{}:
-		case <-ll.done:
+		if !ll.l.wait(&ll.closed, false) {
 			return nil, net.ErrClosed
 		}
 		c, err := ll.Listener.Accept()
 		if err != nil {
-			<-ll.l.slots
 			return nil, err
+		}
+		if !ll.l.wait(&ll.closed, true) {
+			_ = c.Close()
+			return nil, net.ErrClosed
 		}
 		ip := hostOf(c.RemoteAddr())
 		if !ll.l.takeIP(ip) {
-			<-ll.l.slots
+			ll.l.release()
 			if ll.l.OnRefuse != nil {
 				ll.l.OnRefuse()
 			}
@@ -135,12 +173,15 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 			continue
 		}
 		limitUnsent(c)
-		return &limitConn{Conn: c, release: func() { ll.l.releaseIP(ip); <-ll.l.slots }}, nil
+		return &limitConn{Conn: c, release: func() { ll.l.releaseIP(ip); ll.l.release() }}, nil
 	}
 }
 
 func (ll *limitListener) Close() error {
-	ll.closeOnce.Do(func() { close(ll.done) })
+	ll.closed.Store(true)
+	ll.l.mu.Lock() // a waiter is either before its check of closed or inside cond.Wait
+	ll.l.cond.Broadcast()
+	ll.l.mu.Unlock()
 	return ll.Listener.Close()
 }
 
