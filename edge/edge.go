@@ -25,6 +25,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/edge/internal/tokens"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 )
 
@@ -128,7 +129,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits)
 	go func() {
 		defer close(e.done)
-		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D())
+		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D(),
+			connLimits(cfg, reg))
 		stopBG()
 		// The servers have stopped: nothing uses the caches any more.
 		meta.Close()
@@ -239,4 +241,22 @@ func followEvents(ctx context.Context, client *originapi.Client, meta *metacache
 			after = max(after, ev.Seq)
 		}
 	}
+}
+
+// connLimits are the client connection bounds of cfg; connections closed for the per-address
+// cap are counted in xet_edge_connections_refused_total.
+func connLimits(cfg *config.Config, reg prometheus.Registerer) server.ConnLimits {
+	l := cfg.Limits
+	lim := httpapi.NewConnLimiter(l.MaxConnections, l.MaxConnectionsPerIP)
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_connections_refused_total",
+		Help: "Client connections closed at accept because their address was at limits.max_connections_per_ip."})
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xet_edge_connections_open",
+		Help: "Client connections holding a slot of limits.max_connections."}, func() float64 { return float64(lim.Open()) })
+	if reg != nil {
+		reg.MustRegister(refused, open)
+	}
+	lim.OnRefuse = refused.Inc
+	return server.ConnLimits{Limiter: lim, ServerLimits: httpapi.ServerLimits{
+		ReadHeaderTimeout: l.ReadHeaderTimeout.D(), IdleTimeout: l.IdleTimeout.D(),
+		WriteProgress: l.WriteProgress.D(), MaxStreams: l.MaxStreams}}
 }

@@ -52,7 +52,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	}
 	log.Info("xet-origin serving", "listen", lns.Main.Addr().String(), "admin", cfg.AdminListen,
 		"index", cfg.Index.Driver, "objects", cfg.Objects.Driver, "public_url", cfg.PublicURL)
-	return server.Serve(ctx, log, lns, srv.Handler(), srv.Admin(reg, b.Index), cfg.Limits.ShutdownGrace.D(), srv.Drain)
+	return server.Serve(ctx, log, lns, srv.Handler(), srv.Admin(reg, b.Index), cfg.Limits.ShutdownGrace.D(), srv.Drain,
+		srv.ConnLimits())
 }
 
 // MintToken implements `xet-origin token`: it writes only the token (and a newline) to stdout,

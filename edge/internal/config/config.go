@@ -89,6 +89,18 @@ type Limits struct {
 	ReconParallelAt int      `json:"recon_parallel_at"` // terms from which extra writers are used
 	ShutdownGrace   Duration `json:"shutdown_grace"`    // drain time on SIGTERM
 	EventsWait      Duration `json:"events_wait"`       // long-poll of the origin's event stream
+	// Client connections (docs/edge.md, "Bounded waiting"): at most MaxConnections open over
+	// the TLS, plain HTTP and QUIC listeners together (TCP ones over it wait to be accepted,
+	// QUIC ones are closed), at most MaxConnectionsPerIP from one address (0 = no per-address
+	// cap). An answer whose writes make no progress for WriteProgress is cut off; a connection
+	// without requests is closed after IdleTimeout; a request header must arrive within
+	// ReadHeaderTimeout; one HTTP/2 or HTTP/3 connection has at most MaxStreams open streams.
+	MaxConnections      int      `json:"max_connections"`
+	MaxConnectionsPerIP int      `json:"max_connections_per_ip"`
+	WriteProgress       Duration `json:"write_progress"`
+	IdleTimeout         Duration `json:"idle_timeout"`
+	ReadHeaderTimeout   Duration `json:"read_header_timeout"`
+	MaxStreams          int      `json:"max_streams"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -119,6 +131,12 @@ func Default() Config {
 			ReconParallelAt: 20000,
 			ShutdownGrace:   Duration(30 * time.Second),
 			EventsWait:      Duration(25 * time.Second),
+			MaxConnections:  10000,
+			WriteProgress:   Duration(60 * time.Second),
+			IdleTimeout:     Duration(120 * time.Second),
+			// quic-go caps an HTTP/3 connection's idle timeout at what the peer offers too.
+			ReadHeaderTimeout: Duration(30 * time.Second),
+			MaxStreams:        250,
 		},
 	}
 }
@@ -255,7 +273,8 @@ func (c *Config) Validate() error {
 		"cache.visibility_ttl": c.Cache.VisibilityTTL, "auth.transfer_url_ttl": c.Auth.TransferURLTTL,
 		"auth.jwks_refresh": c.Auth.JWKSRefresh, "limits.origin_timeout": c.Limits.OriginTimeout,
 		"limits.fill_timeout": c.Limits.FillTimeout, "limits.shutdown_grace": c.Limits.ShutdownGrace,
-		"limits.events_wait": c.Limits.EventsWait,
+		"limits.events_wait": c.Limits.EventsWait, "limits.write_progress": c.Limits.WriteProgress,
+		"limits.idle_timeout": c.Limits.IdleTimeout, "limits.read_header_timeout": c.Limits.ReadHeaderTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, is %v", name, d.D())
@@ -266,6 +285,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.ReconParallelAt < 1 {
 		bad("limits.recon_parallel_at must be at least 1")
+	}
+	if c.Limits.MaxConnections < 1 {
+		bad("limits.max_connections must be at least 1")
+	}
+	if c.Limits.MaxConnectionsPerIP < 0 || c.Limits.MaxConnectionsPerIP > c.Limits.MaxConnections {
+		bad("limits.max_connections_per_ip must be between 0 (off) and limits.max_connections")
+	}
+	if c.Limits.MaxStreams < 1 {
+		bad("limits.max_streams must be at least 1")
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoad(t *testing.T) {
@@ -59,6 +60,41 @@ func TestAdminListenDefaultsToLoopback(t *testing.T) {
 		}
 		if c.AdminListen != want {
 			t.Errorf("--admin-listen %q: %q, want %q", in, c.AdminListen, want)
+		}
+	}
+}
+
+// TestConnectionLimits: the connection limits have their documented defaults, load from the
+// file, and are validated.
+func TestConnectionLimits(t *testing.T) {
+	d := Default().Limits
+	if d.MaxConnections != 10000 || d.MaxConnectionsPerIP != 0 || d.WriteProgress.D() != time.Minute ||
+		d.IdleTimeout.D() != 2*time.Minute || d.ReadHeaderTimeout.D() != 30*time.Second || d.MaxStreams != 250 {
+		t.Errorf("defaults %+v", d)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	load := func(limits string) (*Config, error) {
+		if err := os.WriteFile(file, []byte(`{"limits":`+limits+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load([]string{"--origin", "http://o:8080", "--origin-token", "t", "--data-dir", t.TempDir(),
+			"--config", file}, func(string) string { return "" })
+	}
+	c, err := load(`{"max_connections":10,"max_connections_per_ip":3,"write_progress":"2s","idle_timeout":"3s",
+		"read_header_timeout":"4s","max_streams":7}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Limits; l.MaxConnections != 10 || l.MaxConnectionsPerIP != 3 || l.WriteProgress.D() != 2*time.Second ||
+		l.IdleTimeout.D() != 3*time.Second || l.ReadHeaderTimeout.D() != 4*time.Second || l.MaxStreams != 7 {
+		t.Errorf("loaded %+v", l)
+	}
+	_, err = load(`{"max_connections":2,"max_connections_per_ip":3,"write_progress":"0s","idle_timeout":"-1s",
+		"read_header_timeout":"0s","max_streams":0}`)
+	for _, want := range []string{"limits.max_connections_per_ip", "limits.write_progress", "limits.idle_timeout",
+		"limits.read_header_timeout", "limits.max_streams"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s: %v", want, err)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/sync/errgroup"
 
@@ -78,14 +79,32 @@ func (l *Listeners) Port() int { return l.TLS.Addr().(*net.TCPAddr).Port }
 // with Alt-Svc), on QUIC (HTTP/3) and on the plain HTTP listener, and admin on the admin
 // listener, until ctx is cancelled. It then stops accepting on all of them, lets in-flight
 // requests finish for up to grace, and returns. Close what the handlers use only afterwards.
-func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certificate, main, admin http.Handler, grace time.Duration) error {
+//
+// conns bounds the clients on every client listener (docs/edge.md, "Bounded waiting"): one
+// connection cap shared by TLS, plain HTTP and QUIC (TCP connections over it wait to be
+// accepted; QUIC ones are closed with H3_EXCESSIVE_LOAD), a write progress deadline on every
+// answer (HTTP/1.1 connection, HTTP/2 and HTTP/3 stream), idle and header timeouts, and the
+// HTTP/2 and HTTP/3 stream caps.
+func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certificate, main, admin http.Handler, grace time.Duration, conns ConnLimits) error {
 	tlsConf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"}}
-	tcp := newHTTPServer(AltSvc(main, l.Port()), log)
+	main = httpapi.WriteProgress(main, conns.WriteProgress)
+	admin = httpapi.WriteProgress(admin, conns.WriteProgress)
+	tcp := newHTTPServer(AltSvc(main, l.Port()), log, conns)
 	tcp.TLSConfig = tlsConf
 	tcp.ConnContext = batchContext
 	h3 := &http3.Server{Handler: main, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
-		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})}
+		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}),
+		IdleTimeout: conns.IdleTimeout,
+		QUICConfig:  conns.quicConfig(),
+		ConnContext: conns.quicConn}
+	tlsLn, plainLn := net.Listener(newBatchListener(l.TLS)), l.HTTP
+	if conns.Limiter != nil {
+		tlsLn = newBatchListener(conns.Limiter.Listener(l.TLS))
+		if plainLn != nil {
+			plainLn = conns.Limiter.Listener(plainLn)
+		}
+	}
 
 	type stopper interface{ Shutdown(context.Context) error }
 	var stops []stopper
@@ -99,17 +118,17 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 			return nil
 		})
 	}
-	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(newBatchListener(l.TLS), "", "") })
+	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(tlsLn, "", "") })
 	stops = append(stops, tcp)
 	serve("h3", l.QUIC.LocalAddr().String(), func() error { return h3.Serve(l.QUIC) })
 	stops = append(stops, h3)
 	if l.HTTP != nil {
-		plain := newHTTPServer(main, log)
-		serve("http", l.HTTP.Addr().String(), func() error { return plain.Serve(l.HTTP) })
+		plain := newHTTPServer(main, log, conns)
+		serve("http", l.HTTP.Addr().String(), func() error { return plain.Serve(plainLn) })
 		stops = append(stops, plain)
 	}
 	if l.Admin != nil && admin != nil {
-		adm := newHTTPServer(admin, log)
+		adm := newHTTPServer(admin, log, conns)
 		serve("admin", l.Admin.Addr().String(), func() error { return adm.Serve(l.Admin) })
 		stops = append(stops, adm)
 	}
@@ -134,13 +153,46 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 	return g.Wait()
 }
 
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+// ConnLimits bound the edge's client connections (Serve).
+type ConnLimits struct {
+	httpapi.ServerLimits
+	// Limiter caps the connections of the TLS, plain HTTP and QUIC listeners together; nil =
+	// no cap.
+	Limiter *httpapi.ConnLimiter
+}
+
+// h3ExcessiveLoad is the HTTP/3 error code a QUIC connection over the cap is closed with.
+const h3ExcessiveLoad = 0x0107
+
+// quicConfig applies the stream cap and idle timeout to QUIC connections.
+func (c ConnLimits) quicConfig() *quic.Config {
+	q := &quic.Config{Allow0RTT: true, MaxIdleTimeout: c.IdleTimeout}
+	if c.MaxStreams > 0 {
+		q.MaxIncomingStreams = int64(c.MaxStreams)
 	}
+	return q
+}
+
+// quicConn takes a slot of the limiter for a QUIC connection once its handshake is done, and
+// closes the connection when there is none; the slot is freed when the connection ends.
+func (c ConnLimits) quicConn(ctx context.Context, qc *quic.Conn) context.Context {
+	if c.Limiter == nil {
+		return ctx
+	}
+	release, ok := c.Limiter.TryAcquire(qc.RemoteAddr())
+	if !ok {
+		_ = qc.CloseWithError(h3ExcessiveLoad, "too many connections")
+		return ctx
+	}
+	go func() {
+		<-qc.Context().Done()
+		release()
+	}()
+	return ctx
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server {
+	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 }
 
 // Admin is the admin listener's handler: GET /metrics from g for anyone who reaches the

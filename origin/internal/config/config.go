@@ -112,6 +112,23 @@ type Limits struct {
 	BatchFiles int   `json:"batch_files"`
 	BatchTerms int   `json:"batch_terms"`
 	BatchBody  int64 `json:"batch_body"`
+	// Upload admission (docs/origin.md, "Bounded waiting"): ingest memory is reserved as a
+	// body grows and a reservation waits at most IngestWait (503 + Retry-After beyond it); at
+	// most UploadsPerScope uploads of one scope at once (429 + Retry-After beyond it); a body
+	// must be complete within UploadBodyTimeout (408).
+	IngestWait        Duration `json:"ingest_wait"`
+	UploadsPerScope   int      `json:"uploads_per_scope"`
+	UploadBodyTimeout Duration `json:"upload_body_timeout"`
+	// Connections (docs/origin.md, "Bounded waiting"): at most MaxConnections open on the main
+	// listener (more wait to be accepted), at most MaxConnectionsPerIP from one address (0 =
+	// no per-address cap; more are closed at once). An answer whose writes make no progress for
+	// WriteProgress is cut off; a keep-alive connection is closed after IdleTimeout without a
+	// request; a request header must arrive within ReadHeaderTimeout.
+	MaxConnections      int      `json:"max_connections"`
+	MaxConnectionsPerIP int      `json:"max_connections_per_ip"`
+	WriteProgress       Duration `json:"write_progress"`
+	IdleTimeout         Duration `json:"idle_timeout"`
+	ReadHeaderTimeout   Duration `json:"read_header_timeout"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -142,6 +159,15 @@ func Default() Config {
 			BatchFiles:        1000,
 			BatchTerms:        1 << 17,   // ~100 B of JSON and at most one ~350 B fetch entry per term: answers < ~60 MiB
 			BatchBody:         256 << 10, // 1,000 {"prefix":"default","hash":"…"} entries are ~86 KB
+			IngestWait:        Duration(5 * time.Second),
+			UploadsPerScope:   16,
+			// The largest xorb body (64 MiB) at 56 KiB/s (~0.45 Mbit/s) per upload.
+			UploadBodyTimeout:   Duration(20 * time.Minute),
+			MaxConnections:      4096,
+			MaxConnectionsPerIP: 0,
+			WriteProgress:       Duration(60 * time.Second),
+			IdleTimeout:         Duration(120 * time.Second),
+			ReadHeaderTimeout:   Duration(30 * time.Second),
 		},
 	}
 }
@@ -299,6 +325,9 @@ func (c *Config) Validate() error {
 		"auth.dedup_expiry": c.Auth.DedupExpiry, "limits.pace_window": c.Limits.PaceWindow,
 		"limits.shard_heartbeat": c.Limits.ShardHeartbeat, "limits.shutdown_grace": c.Limits.ShutdownGrace,
 		"limits.events_wait": c.Limits.EventsWait, "limits.dependency_timeout": c.Limits.DependencyTimeout,
+		"limits.ingest_wait": c.Limits.IngestWait, "limits.upload_body_timeout": c.Limits.UploadBodyTimeout,
+		"limits.write_progress": c.Limits.WriteProgress, "limits.idle_timeout": c.Limits.IdleTimeout,
+		"limits.read_header_timeout": c.Limits.ReadHeaderTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, is %v", name, d.D())
@@ -318,6 +347,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.BatchFiles < 1 || c.Limits.BatchTerms < 1 {
 		bad("limits.batch_files and limits.batch_terms must be at least 1")
+	}
+	if c.Limits.UploadsPerScope < 1 {
+		bad("limits.uploads_per_scope must be at least 1")
+	}
+	if c.Limits.MaxConnections < 1 {
+		bad("limits.max_connections must be at least 1")
+	}
+	if c.Limits.MaxConnectionsPerIP < 0 || c.Limits.MaxConnectionsPerIP > c.Limits.MaxConnections {
+		bad("limits.max_connections_per_ip must be between 0 (off) and limits.max_connections")
 	}
 	if c.Limits.BatchBody < 1<<10 {
 		bad("limits.batch_body %d is below 1 KiB (ten file ids)", c.Limits.BatchBody)

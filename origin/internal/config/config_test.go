@@ -133,3 +133,41 @@ func TestAdminListenDefaultsToLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundedWaitingLimits: the admission and connection limits have their documented
+// defaults, load from the file, and are validated.
+func TestBoundedWaitingLimits(t *testing.T) {
+	d := Default().Limits
+	if d.IngestWait.D() != 5*time.Second || d.UploadsPerScope != 16 || d.UploadBodyTimeout.D() != 20*time.Minute ||
+		d.MaxConnections != 4096 || d.MaxConnectionsPerIP != 0 || d.WriteProgress.D() != time.Minute ||
+		d.IdleTimeout.D() != 2*time.Minute || d.ReadHeaderTimeout.D() != 30*time.Second {
+		t.Errorf("defaults %+v", d)
+	}
+	dir := t.TempDir()
+	load := func(limits string) (*Config, error) {
+		file := filepath.Join(dir, "c.json")
+		if err := os.WriteFile(file, []byte(`{"limits":`+limits+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load([]string{"--data-dir", dir, "--config", file}, env(nil))
+	}
+	c, err := load(`{"ingest_wait":"1s","uploads_per_scope":2,"upload_body_timeout":"30s","max_connections":10,
+		"max_connections_per_ip":3,"write_progress":"2s","idle_timeout":"3s","read_header_timeout":"4s"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Limits; l.IngestWait.D() != time.Second || l.UploadsPerScope != 2 || l.UploadBodyTimeout.D() != 30*time.Second ||
+		l.MaxConnections != 10 || l.MaxConnectionsPerIP != 3 || l.WriteProgress.D() != 2*time.Second ||
+		l.IdleTimeout.D() != 3*time.Second || l.ReadHeaderTimeout.D() != 4*time.Second {
+		t.Errorf("loaded %+v", l)
+	}
+	_, err = load(`{"ingest_wait":"0s","uploads_per_scope":0,"upload_body_timeout":"-1s","max_connections":0,
+		"max_connections_per_ip":-1,"write_progress":"0s","idle_timeout":"0s","read_header_timeout":"0s"}`)
+	for _, want := range []string{"limits.ingest_wait", "limits.uploads_per_scope", "limits.upload_body_timeout",
+		"limits.max_connections must", "limits.max_connections_per_ip", "limits.write_progress", "limits.idle_timeout",
+		"limits.read_header_timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s: %v", want, err)
+		}
+	}
+}

@@ -13,6 +13,9 @@ type metrics struct {
 	telemetry     *prometheus.CounterVec
 	transferBytes prometheus.Counter
 	ingestWait    prometheus.Histogram
+	// uploadRejected counts uploads refused by admission (ingestgate.go), by reason.
+	uploadRejected *prometheus.CounterVec
+	connRefused    prometheus.Counter // connections over the per-address cap
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,12 +48,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		ingestWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xet_origin_ingest_memory_wait_seconds",
-			Help:    "Time uploads waited for ingest memory before their body was read.",
+			Help:    "Time one reservation of ingest memory waited (bodies reserve as they grow).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		uploadRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xet_origin_upload_rejections_total",
+			Help: "Uploads refused: memory_wait (503), scope_cap (429), body_deadline and pace_floor (408).",
+		}, []string{"reason"}),
+	}
+	m.connRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xet_origin_connections_refused_total",
+		Help: "Connections closed at accept because their address was at limits.max_connections_per_ip.",
+	})
+	for _, r := range []string{rejectMemory, rejectScope, rejectDeadline, rejectPace} {
+		m.uploadRejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.recon, m.reconParallel, m.telemetry, m.transferBytes, m.ingestWait)
+		reg.MustRegister(m.requests, m.duration, m.recon, m.reconParallel, m.telemetry, m.transferBytes, m.ingestWait,
+			m.uploadRejected, m.connRefused)
 	}
 	return m
 }

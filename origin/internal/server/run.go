@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // Listeners are the origin's bound sockets. Admin may be nil.
@@ -37,11 +39,18 @@ func Listen(mainAddr, adminAddr string) (*Listeners, error) {
 // calls onShutdown (may be nil; e.g. Server.Drain), stops accepting, lets in-flight requests
 // finish for up to grace, and returns. The caller closes the index and object store after
 // Serve returns, never before.
-func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration, onShutdown func()) error {
-	servers := []*http.Server{newHTTPServer(main, log)}
+//
+// conns bounds the clients (docs/origin.md, "Bounded waiting"): the main listener accepts at
+// most conns.MaxConnections at once, every answer on either listener is cut off when its writes
+// stop making progress, and idle connections and slow headers are timed out.
+func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration, onShutdown func(), conns ConnLimits) error {
+	servers := []*http.Server{newHTTPServer(httpapi.WriteProgress(main, conns.WriteProgress), log, conns)}
 	lns := []net.Listener{l.Main}
+	if conns.Limiter != nil {
+		lns[0] = conns.Limiter.Listener(l.Main)
+	}
 	if l.Admin != nil {
-		servers = append(servers, newHTTPServer(admin, log))
+		servers = append(servers, newHTTPServer(httpapi.WriteProgress(admin, conns.WriteProgress), log, conns))
 		lns = append(lns, l.Admin)
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -75,11 +84,23 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http
 	return g.Wait()
 }
 
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+// ConnLimits bound the origin's connections (Serve).
+type ConnLimits struct {
+	httpapi.ServerLimits
+	// Limiter caps the main listener's connections; nil = no cap.
+	Limiter *httpapi.ConnLimiter
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server {
+	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+}
+
+// ConnLimits are the connection bounds of the configuration, with the server's limiter (its
+// refusals are counted in xet_origin_connections_refused_total, its slots in use in
+// xet_origin_connections_open).
+func (s *Server) ConnLimits() ConnLimits {
+	l := s.cfg.Limits
+	return ConnLimits{Limiter: s.conns, ServerLimits: httpapi.ServerLimits{
+		ReadHeaderTimeout: l.ReadHeaderTimeout.D(), IdleTimeout: l.IdleTimeout.D(),
+		WriteProgress: l.WriteProgress.D()}}
 }

@@ -93,8 +93,10 @@ type Server struct {
 	jwks     []byte
 	signer   *urlsign.Signer
 	ingest   *ingest.Service
-	ingestMu *semaphore.Weighted // bytes of upload bodies held in memory
-	permits  *permits            // extra goroutines for writing big reconstruction answers
+	ingestMu *semaphore.Weighted  // bytes of upload bodies held in memory
+	scopes   *scopeSlots          // uploads in flight per scope
+	conns    *httpapi.ConnLimiter // the main listener's connection cap (ConnLimits)
+	permits  *permits             // extra goroutines for writing big reconstruction answers
 	m        *metrics
 	mux      *http.ServeMux
 	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
@@ -141,10 +143,18 @@ func New(o Options) (*Server, error) {
 		jwks:     jwks,
 		signer:   signer,
 		ingestMu: semaphore.NewWeighted(o.Config.Limits.IngestMemory),
+		scopes:   newScopeSlots(o.Config.Limits.UploadsPerScope),
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
 		draining: make(chan struct{}),
+	}
+	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
+	s.conns.OnRefuse = s.m.connRefused.Inc
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xet_origin_connections_open",
+			Help: "Connections holding a slot of limits.max_connections on the main listener."},
+			func() float64 { return float64(s.conns.Open()) }))
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
@@ -157,6 +167,9 @@ func baseRules() []httpapi.Rule {
 	return []httpapi.Rule{
 		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
 		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
+		{Err: ErrScopeBusy, Status: http.StatusTooManyRequests, Code: "too_many_uploads"},
+		{Err: ErrIngestBusy, Status: http.StatusServiceUnavailable, Code: "ingest_busy"},
+		{Err: ErrBodyDeadline, Status: http.StatusRequestTimeout, Code: "body_deadline"},
 		{Err: ingest.ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
 		{Err: ingest.ErrMissingXorb, Status: http.StatusBadRequest, Code: "missing_xorb"},
 		{Err: ingest.ErrRejected, Status: http.StatusBadRequest, Code: "shard_rejected"},

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
@@ -16,30 +15,26 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
 
-// readUpload reads a request body of at most limit bytes, paced, after taking its size from
-// the ingest memory semaphore (so concurrent uploads never hold more than the configured
-// memory). The caller must call release when done with the body.
+// readUpload reads a request body of at most limit bytes (ingestgate.go): it takes a slot of
+// the token's scope, then reads the body paced and within the body deadline, reserving ingest
+// memory as the body grows, never by its declared length. The caller must call release when
+// done with the body; on error nothing is held.
 func (s *Server) readUpload(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
 	if r.ContentLength > limit {
 		return nil, nil, fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
 	}
-	need := limit
-	if r.ContentLength >= 0 {
-		need = r.ContentLength
-	}
-	start := time.Now()
-	if err := s.ingestMu.Acquire(r.Context(), need); err != nil {
-		return nil, nil, err
-	}
-	s.m.ingestWait.Observe(time.Since(start).Seconds())
-	release = func() { s.ingestMu.Release(need) }
-	body, err = httpapi.ReadBody(w, r, httpapi.BodyOptions{Limit: limit, Pace: httpapi.PaceOptions{
-		Floor: s.cfg.Limits.PaceFloor, Window: s.cfg.Limits.PaceWindow.D()}})
+	free, err := s.admitUpload(w, r)
 	if err != nil {
-		release()
 		return nil, nil, err
 	}
-	return body, release, nil
+	b := &bodyReader{s: s, mem: s.ingestMu, wait: s.cfg.Limits.IngestWait.D()}
+	body, err = b.read(w, r, limit)
+	if err != nil {
+		b.release()
+		free()
+		return nil, nil, err
+	}
+	return body, func() { b.release(); free() }, nil
 }
 
 func pathHash(r *http.Request, name string) (hash.Hash, error) {
