@@ -24,7 +24,7 @@ func backends(t testing.TB) []backend {
 
 // postgresMinIO opens a Postgres index in a fresh schema and a MinIO store in a fresh bucket.
 func postgresMinIO() backend {
-	return backend{name: "postgres+minio", open: func(t testing.TB) (index.Index, Objects) {
+	return backend{name: "postgres+minio", open: func(t testing.TB) (index.Index, objstore.ObjectStore) {
 		return openPostgresMinIO(t, "", "", postgres.Options{})
 	}}
 }
@@ -32,7 +32,7 @@ func postgresMinIO() backend {
 // openPostgresMinIO opens a Postgres index in a fresh schema and a MinIO store in a fresh
 // bucket, reached at pgAddr and s3Addr when those are set (proxies in front of the services);
 // o gives the index's options beside its DSN. Both are removed when the test ends.
-func openPostgresMinIO(t testing.TB, pgAddr, s3Addr string, o postgres.Options) (index.Index, Objects) {
+func openPostgresMinIO(t testing.TB, pgAddr, s3Addr string, o postgres.Options) (index.Index, objstore.ObjectStore) {
 	dsn := testenv.Require(t, testenv.PostgresDSN)
 	s3 := testenv.RequireS3(t)
 	var b [6]byte

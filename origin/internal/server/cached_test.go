@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -14,7 +15,7 @@ import (
 // cachedStack wraps b's index the way the origin does (backend.Open): a FileCache over a
 // LayoutCache over the database.
 func cachedStack(b backend) backend {
-	return backend{name: b.name + "+caches", open: func(t testing.TB) (index.Index, Objects) {
+	return backend{name: b.name + "+caches", open: func(t testing.TB) (index.Index, objstore.ObjectStore) {
 		db, objs := b.open(t)
 		l, err := index.NewLayoutCache(db, 16<<20)
 		if err != nil {
@@ -44,7 +45,7 @@ func TestInternalAPIStoredEncodings(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			db, objs := b.open(t)
 			raw := db
-			cached := cachedStack(backend{open: func(testing.TB) (index.Index, Objects) { return db, objs }})
+			cached := cachedStack(backend{open: func(testing.TB) (index.Index, objstore.ObjectStore) { return db, objs }})
 			idx, _ := cached.open(t)
 			e := newEnvWith(t, idx, objs)
 			plain := newEnvWith(t, db, objs) // no caches

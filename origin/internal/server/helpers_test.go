@@ -46,12 +46,12 @@ func (c *clock) Add(d time.Duration) {
 // backend is one (index, object store) pair the API tests run on.
 type backend struct {
 	name string
-	open func(t testing.TB) (index.Index, Objects)
+	open func(t testing.TB) (index.Index, objstore.ObjectStore)
 }
 
 // sqliteLocal is the embedded backend: SQLite and a local directory.
 func sqliteLocal() backend {
-	return backend{name: "sqlite+local", open: func(t testing.TB) (index.Index, Objects) {
+	return backend{name: "sqlite+local", open: func(t testing.TB) (index.Index, objstore.ObjectStore) {
 		dir := t.TempDir()
 		db, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "index.db")})
 		if err != nil {
@@ -69,7 +69,7 @@ type env struct {
 	srv   *Server
 	ts    *httptest.Server
 	idx   index.Index
-	objs  Objects
+	objs  objstore.ObjectStore
 	keys  *keys.Keys
 	clock *clock
 	reg   *prometheus.Registry
@@ -83,13 +83,13 @@ func newEnv(t testing.TB, b backend, opts ...envOption) *env {
 	return newEnvWith(t, idx, objs, opts...)
 }
 
-func newEnvWith(t testing.TB, idx index.Index, objs Objects, opts ...envOption) *env {
+func newEnvWith(t testing.TB, idx index.Index, objs objstore.ObjectStore, opts ...envOption) *env {
 	t.Helper()
 	return newEnvOptions(t, idx, objs, nil, opts...)
 }
 
 // newEnvOptions is newEnvWith with a last say on the server's Options (may be nil).
-func newEnvOptions(t testing.TB, idx index.Index, objs Objects, edit func(*Options), opts ...envOption) *env {
+func newEnvOptions(t testing.TB, idx index.Index, objs objstore.ObjectStore, edit func(*Options), opts ...envOption) *env {
 	t.Helper()
 	dir := t.TempDir()
 	k, err := keys.Load(filepath.Join(dir, "keys"), nil, true)

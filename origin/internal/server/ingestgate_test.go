@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 )
 
 // slowPut delays every object write.
 type slowPut struct {
-	Objects
+	objstore.ObjectStore
 	delay time.Duration
 }
 
@@ -21,7 +22,7 @@ func (s slowPut) Put(ctx context.Context, key string, r io.Reader, size int64) e
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.Objects.Put(ctx, key, r, size)
+	return s.ObjectStore.Put(ctx, key, r, size)
 }
 
 // TestBodyDeadlineEndsWithTheBody: the body deadline bounds reading the body, not storing it.

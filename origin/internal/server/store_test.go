@@ -9,7 +9,7 @@ import (
 )
 
 // openLocalStore opens the real local-disk object store in dir.
-func openLocalStore(t testing.TB, dir string) Objects {
+func openLocalStore(t testing.TB, dir string) objstore.ObjectStore {
 	l, err := objstore.NewLocal(dir)
 	if err != nil {
 		t.Fatal(err)
