@@ -20,11 +20,7 @@ func openLocalStore(t testing.TB, dir string) objstore.ObjectStore {
 // stored reports whether the object store of e holds key.
 func (e *env) stored(key string) bool {
 	e.t.Helper()
-	s, ok := e.objs.(objstore.ObjectStore)
-	if !ok {
-		e.t.Fatalf("%T is not an objstore.ObjectStore", e.objs)
-	}
-	_, err := s.Stat(context.Background(), key)
+	_, err := e.objs.Stat(context.Background(), key)
 	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		e.t.Fatal(err)
 	}
