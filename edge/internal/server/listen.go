@@ -3,22 +3,18 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/sync/errgroup"
 
-	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httpserver"
 )
 
 // Listeners are the edge's bound sockets. TLS (TCP) and QUIC (UDP) share one port; HTTP and
@@ -90,7 +86,7 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 		NextProtos: []string{"h2", "http/1.1"}}
 	main = httpapi.WriteProgress(main, conns.WriteProgress)
 	admin = httpapi.WriteProgress(admin, conns.WriteProgress)
-	tcp := newHTTPServer(AltSvc(main, l.Port()), log, conns)
+	tcp := newHTTPServer(httpserver.AltSvc(main, l.Port()), log, conns)
 	tcp.TLSConfig = tlsConf
 	tcp.ConnContext = batchContext
 	h3 := &http3.Server{Handler: main, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
@@ -106,51 +102,24 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 		}
 	}
 
-	type stopper interface{ Shutdown(context.Context) error }
-	var stops []stopper
-	g, gctx := errgroup.WithContext(ctx)
-	serve := func(name, addr string, fn func() error) {
-		g.Go(func() error {
-			log.Info("listening", "listener", name, "addr", addr)
-			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("%s listener: %w", name, err)
-			}
-			return nil
-		})
-	}
-	serve("tls", l.TLS.Addr().String(), func() error { return tcp.ServeTLS(tlsLn, "", "") })
-	stops = append(stops, tcp)
-	serve("h3", l.QUIC.LocalAddr().String(), func() error { return h3.Serve(l.QUIC) })
-	stops = append(stops, h3)
+	units := []httpserver.Unit{{Name: "tls", Addr: l.TLS.Addr().String(),
+		Serve:    func() error { return tcp.ServeTLS(tlsLn, "", "") },
+		Shutdown: httpserver.ShutdownOrClose(tcp)},
+		{Name: "h3", Addr: l.QUIC.LocalAddr().String(),
+			Serve: func() error { return h3.Serve(l.QUIC) },
+			Shutdown: func(ctx context.Context) error {
+				err := h3.Shutdown(ctx)
+				_ = h3.Close()
+				_ = l.QUIC.Close()
+				return err
+			}}}
 	if l.HTTP != nil {
-		plain := newHTTPServer(main, log, conns)
-		serve("http", l.HTTP.Addr().String(), func() error { return plain.Serve(plainLn) })
-		stops = append(stops, plain)
+		units = append(units, httpserver.HTTP("http", newHTTPServer(main, log, conns), plainLn))
 	}
 	if l.Admin != nil && admin != nil {
-		adm := newHTTPServer(admin, log, conns)
-		serve("admin", l.Admin.Addr().String(), func() error { return adm.Serve(l.Admin) })
-		stops = append(stops, adm)
+		units = append(units, httpserver.HTTP("admin", newHTTPServer(admin, log, conns), l.Admin))
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		log.Info("draining", "grace", grace.String())
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-		defer cancel()
-		errs := make([]error, len(stops))
-		var dg errgroup.Group
-		for i, s := range stops {
-			dg.Go(func() error {
-				errs[i] = s.Shutdown(sctx)
-				return nil
-			})
-		}
-		_ = dg.Wait()
-		_ = h3.Close()
-		_ = l.QUIC.Close()
-		return errors.Join(errs...)
-	})
-	return g.Wait()
+	return httpserver.Serve(ctx, log, grace, nil, units...)
 }
 
 // ConnLimits bound the edge's client connections (Serve).
@@ -195,36 +164,12 @@ func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server 
 	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 }
 
-// Admin is the admin listener's handler: GET /metrics from g for anyone who reaches the
-// listener (scrapers), and /debug/pprof/ for a bearer token of access admin only (401 without
-// one, 403 for any other token; verified with the origin's keys like every token). The
-// listener should still be private: see docs/security.md.
+// Admin is the admin listener's handler (httpserver.Admin): GET /metrics from g for anyone
+// who reaches the listener (scrapers), and /debug/pprof/ for a bearer token of access admin
+// only (401 without one, 403 for any other token; verified with the origin's keys like every
+// token). Admin requests are not counted in the request metrics. The listener should still be
+// private: see docs/security.md.
 func (s *Server) Admin(g prometheus.Gatherer) http.Handler {
-	m := http.NewServeMux()
-	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	p := http.NewServeMux()
-	p.HandleFunc("/debug/pprof/", pprof.Index)
-	p.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	p.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	p.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	p.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	m.Handle("/debug/pprof/", s.requireAdmin(p))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.errs.Write(w, r, httpapi.ErrNotFound) })
-	return httpapi.WithRequestID(m)
-}
-
-// requireAdmin passes requests with a verified admin token to h and answers the others 401
-// (no or bad token) or 403 (a token of another access).
-func (s *Server) requireAdmin(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.tokens.VerifyRequest(r)
-		if err == nil && !c.Access.Covers(auth.Admin) {
-			err = fmt.Errorf("%w: token grants %s, route needs %s", auth.ErrInsufficient, c.Access, auth.Admin)
-		}
-		if err != nil {
-			s.errs.Write(w, r, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	w := &httpserver.Wrapper{Errors: s.errs, Log: s.log, Authorize: s.authorize}
+	return httpserver.Admin(g, w.Wrap, nil)
 }

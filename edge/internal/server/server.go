@@ -19,7 +19,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +29,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httpserver"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -114,9 +114,7 @@ type Server struct {
 	proxy   *httputil.ReverseProxy
 	m       *metrics
 	mux     *http.ServeMux
-	// bufs holds *[copyBufLen]byte for copying bodies to ResponseWriters that cannot read
-	// from a file themselves (HTTP/2, HTTP/3): no per-request buffer.
-	bufs sync.Pool
+	wrapper *httpserver.Wrapper // wrap's token checks, error mapping and request metrics
 	// answers caches whole-file plans and encoded answers; maxWriters caps the goroutines of
 	// one answer.
 	answers    *answerCache
@@ -153,7 +151,6 @@ func New(o Options) (*Server, error) {
 		o.Transport = originapi.NewTransport()
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
-	s.bufs.New = func() any { return new([copyBufLen]byte) }
 	s.answers = newAnswerCache(o.PlanCacheBytes, o.AnswerCacheBytes, s.m)
 	s.empty = &recon.FileRecord{}
 	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
@@ -161,6 +158,7 @@ func New(o Options) (*Server, error) {
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
 	s.proxy = s.newProxy()
+	s.wrapper = s.newWrapper()
 	s.routes()
 	return s, nil
 }

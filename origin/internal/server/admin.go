@@ -13,6 +13,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httpserver"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -47,19 +48,10 @@ type hideAnswer struct {
 // monitoring namespace): the token guards against whatever else reaches it. See
 // docs/security.md.
 func (s *Server) Admin(g prometheus.Gatherer, h Hider) http.Handler {
-	m := http.NewServeMux()
-	m.Handle("GET /metrics", MetricsHandler(g))
-	m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Admin,
-		func(w http.ResponseWriter, r *http.Request) error { return s.adminHide(w, r, h) }))
-	pprof := PprofHandler()
-	m.Handle("/debug/pprof/", s.wrap("/debug/pprof/", auth.Admin, func(w http.ResponseWriter, r *http.Request) error {
-		pprof.ServeHTTP(w, r)
-		return nil
-	}))
-	m.Handle("/", s.wrap("/", auth.Access(""), func(http.ResponseWriter, *http.Request) error {
-		return httpapi.ErrNotFound
-	}))
-	return httpapi.WithRequestID(m)
+	return httpserver.Admin(g, s.wrap, func(m *http.ServeMux) {
+		m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Admin,
+			func(w http.ResponseWriter, r *http.Request) error { return s.adminHide(w, r, h) }))
+	})
 }
 
 // adminHide: POST /admin/v1/hide {"scope":"…","files":["<hash>",…]} → {"scope":…,"hidden":N,

@@ -281,6 +281,7 @@ func TestObjectStoreDown(t *testing.T) {
 	idx, _ := sqliteLocal().open(t)
 	e := newEnvWith(t, idx, failingStore{})
 	e.srv.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Extra: append(baseRules(), httpapi.Rule{Err: errStoreDown, Status: 503, Code: "store_unavailable"})})
+	e.srv.wrapper.Errors = e.srv.errs // the routes map errors with the wrapper's
 	f := makeFixture(t, 33, 1, 3, 500)
 	resp := e.do("POST", "/v1/xorbs/default/"+f.layouts[0].Hash.String(), e.token("s", auth.Write), f.xorbs[0])
 	expect(t, resp, 503)

@@ -2,16 +2,14 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httpserver"
 )
 
 // Listeners are the origin's bound sockets. Admin may be nil.
@@ -36,52 +34,24 @@ func Listen(mainAddr, adminAddr string) (*Listeners, error) {
 }
 
 // Serve serves the main handler (and admin, when l.Admin is set) until ctx is cancelled, then
-// calls onShutdown (may be nil; e.g. Server.Drain), stops accepting, lets in-flight requests
-// finish for up to grace, and returns. The caller closes the index and object store after
-// Serve returns, never before.
+// calls onShutdown (may be nil; e.g. Server.Drain), stops accepting on both listeners, lets
+// in-flight requests finish for up to grace, closes what is left, and returns
+// (httpserver.Serve). The caller closes the index and object store after Serve returns, never
+// before.
 //
 // conns bounds the clients (docs/origin.md, "Bounded waiting"): the main listener accepts at
 // most conns.MaxConnections at once, every answer on either listener is cut off when its writes
 // stop making progress, and idle connections and slow headers are timed out.
 func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration, onShutdown func(), conns ConnLimits) error {
-	servers := []*http.Server{newHTTPServer(httpapi.WriteProgress(main, conns.WriteProgress), log, conns)}
-	lns := []net.Listener{l.Main}
+	ln := l.Main
 	if conns.Limiter != nil {
-		lns[0] = conns.Limiter.Listener(l.Main)
+		ln = conns.Limiter.Listener(l.Main)
 	}
+	units := []httpserver.Unit{httpserver.HTTP("", newHTTPServer(httpapi.WriteProgress(main, conns.WriteProgress), log, conns), ln)}
 	if l.Admin != nil {
-		servers = append(servers, newHTTPServer(httpapi.WriteProgress(admin, conns.WriteProgress), log, conns))
-		lns = append(lns, l.Admin)
+		units = append(units, httpserver.HTTP("", newHTTPServer(httpapi.WriteProgress(admin, conns.WriteProgress), log, conns), l.Admin))
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	for i := range servers {
-		srv, ln := servers[i], lns[i]
-		g.Go(func() error {
-			log.Info("listening", "addr", ln.Addr().String())
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-	}
-	g.Go(func() error {
-		<-gctx.Done()
-		log.Info("draining", "grace", grace.String())
-		if onShutdown != nil {
-			onShutdown()
-		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-		defer cancel()
-		var errs []error
-		for _, srv := range servers {
-			if err := srv.Shutdown(sctx); err != nil {
-				errs = append(errs, err)
-				srv.Close()
-			}
-		}
-		return errors.Join(errs...)
-	})
-	return g.Wait()
+	return httpserver.Serve(ctx, log, grace, onShutdown, units...)
 }
 
 // ConnLimits bound the origin's connections (Serve).

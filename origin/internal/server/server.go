@@ -30,6 +30,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/httpserver"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
@@ -98,6 +99,7 @@ type Server struct {
 	conns    *httpapi.ConnLimiter // the main listener's connection cap (ConnLimits)
 	permits  *permits             // extra goroutines for writing big reconstruction answers
 	m        *metrics
+	wrapper  *httpserver.Wrapper // wrap's error mapping, token checks and request metrics
 	mux      *http.ServeMux
 	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
 
@@ -158,6 +160,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
+	s.wrapper = s.newWrapper()
 	s.routes()
 	return s, nil
 }
