@@ -432,3 +432,21 @@ func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
 	}
 	return m.GetHistogram().GetSampleCount()
 }
+
+// TestConnLimits: Listener puts a listener under the cap only when there is one, and NewHTTP
+// takes the header and idle bounds.
+func TestConnLimits(t *testing.T) {
+	ln := listen(t)
+	defer ln.Close()
+	if got := (ConnLimits{}).Listener(ln); got != ln {
+		t.Fatal("no limiter: the listener was wrapped")
+	}
+	if got := (ConnLimits{Limiter: httpapi.NewConnLimiter(1, 0)}).Listener(ln); got == ln {
+		t.Fatal("a limiter: the listener is not under it")
+	}
+	c := ConnLimits{ServerLimits: httpapi.ServerLimits{ReadHeaderTimeout: 3 * time.Second, IdleTimeout: 7 * time.Second}}
+	srv := NewHTTP(http.NotFoundHandler(), slog.New(slog.DiscardHandler), c)
+	if srv.ReadHeaderTimeout != 3*time.Second || srv.IdleTimeout != 7*time.Second || srv.ErrorLog == nil {
+		t.Fatalf("server bounds: header %v idle %v error log %v", srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ErrorLog != nil)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 )
 
 // Unit is one listener and the server on it.
@@ -85,4 +87,27 @@ func Serve(ctx context.Context, log *slog.Logger, grace time.Duration, onDrain f
 		return errors.Join(errs...)
 	})
 	return g.Wait()
+}
+
+// ConnLimits bound a tier's client connections (shared/httpapi's conns.go).
+type ConnLimits struct {
+	httpapi.ServerLimits
+	// Limiter caps the connections of the client listeners together; nil = no cap.
+	Limiter *httpapi.ConnLimiter
+}
+
+// Listener is ln under the connection cap (ln itself without one).
+func (c ConnLimits) Listener(ln net.Listener) net.Listener {
+	if c.Limiter == nil {
+		return ln
+	}
+	return c.Limiter.Listener(ln)
+}
+
+// NewHTTP is an *http.Server for h with c's header, idle and stream bounds, every answer cut
+// off when its writes stop making progress for c.WriteProgress; the server's own errors go to
+// log at level warn.
+func NewHTTP(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server {
+	return httpapi.NewServer(httpapi.WriteProgress(h, c.WriteProgress), c.ServerLimits,
+		slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 }

@@ -84,23 +84,16 @@ func (l *Listeners) Port() int { return l.TLS.Addr().(*net.TCPAddr).Port }
 func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certificate, main, admin http.Handler, grace time.Duration, conns ConnLimits) error {
 	tlsConf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"}}
-	main = httpapi.WriteProgress(main, conns.WriteProgress)
-	admin = httpapi.WriteProgress(admin, conns.WriteProgress)
-	tcp := newHTTPServer(httpserver.AltSvc(main, l.Port()), log, conns)
+	tcp := httpserver.NewHTTP(httpserver.AltSvc(main, l.Port()), log, conns)
 	tcp.TLSConfig = tlsConf
 	tcp.ConnContext = batchContext
-	h3 := &http3.Server{Handler: main, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
-		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}),
+	h3 := &http3.Server{Handler: httpapi.WriteProgress(main, conns.WriteProgress),
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{
+			Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}),
 		IdleTimeout: conns.IdleTimeout,
-		QUICConfig:  conns.quicConfig(),
-		ConnContext: conns.quicConn}
-	tlsLn, plainLn := net.Listener(newBatchListener(l.TLS)), l.HTTP
-	if conns.Limiter != nil {
-		tlsLn = newBatchListener(conns.Limiter.Listener(l.TLS))
-		if plainLn != nil {
-			plainLn = conns.Limiter.Listener(plainLn)
-		}
-	}
+		QUICConfig:  quicConfig(conns),
+		ConnContext: quicConn(conns)}
+	tlsLn := newBatchListener(conns.Listener(l.TLS))
 
 	units := []httpserver.Unit{{Name: "tls", Addr: l.TLS.Addr().String(),
 		Serve:    func() error { return tcp.ServeTLS(tlsLn, "", "") },
@@ -114,27 +107,23 @@ func Serve(ctx context.Context, log *slog.Logger, l *Listeners, cert tls.Certifi
 				return err
 			}}}
 	if l.HTTP != nil {
-		units = append(units, httpserver.HTTP("http", newHTTPServer(main, log, conns), plainLn))
+		units = append(units, httpserver.HTTP("http", httpserver.NewHTTP(main, log, conns), conns.Listener(l.HTTP)))
 	}
 	if l.Admin != nil && admin != nil {
-		units = append(units, httpserver.HTTP("admin", newHTTPServer(admin, log, conns), l.Admin))
+		units = append(units, httpserver.HTTP("admin", httpserver.NewHTTP(admin, log, conns), l.Admin))
 	}
 	return httpserver.Serve(ctx, log, grace, nil, units...)
 }
 
-// ConnLimits bound the edge's client connections (Serve).
-type ConnLimits struct {
-	httpapi.ServerLimits
-	// Limiter caps the connections of the TLS, plain HTTP and QUIC listeners together; nil =
-	// no cap.
-	Limiter *httpapi.ConnLimiter
-}
+// ConnLimits bound the edge's client connections (Serve); the Limiter caps the TLS, plain
+// HTTP and QUIC listeners together.
+type ConnLimits = httpserver.ConnLimits
 
 // h3ExcessiveLoad is the HTTP/3 error code a QUIC connection over the cap is closed with.
 const h3ExcessiveLoad = 0x0107
 
 // quicConfig applies the stream cap and idle timeout to QUIC connections.
-func (c ConnLimits) quicConfig() *quic.Config {
+func quicConfig(c ConnLimits) *quic.Config {
 	q := &quic.Config{Allow0RTT: true, MaxIdleTimeout: c.IdleTimeout}
 	if c.MaxStreams > 0 {
 		q.MaxIncomingStreams = int64(c.MaxStreams)
@@ -144,24 +133,22 @@ func (c ConnLimits) quicConfig() *quic.Config {
 
 // quicConn takes a slot of the limiter for a QUIC connection once its handshake is done, and
 // closes the connection when there is none; the slot is freed when the connection ends.
-func (c ConnLimits) quicConn(ctx context.Context, qc *quic.Conn) context.Context {
-	if c.Limiter == nil {
+func quicConn(c ConnLimits) func(ctx context.Context, qc *quic.Conn) context.Context {
+	return func(ctx context.Context, qc *quic.Conn) context.Context {
+		if c.Limiter == nil {
+			return ctx
+		}
+		release, ok := c.Limiter.TryAcquire(qc.RemoteAddr())
+		if !ok {
+			_ = qc.CloseWithError(h3ExcessiveLoad, "too many connections")
+			return ctx
+		}
+		go func() {
+			<-qc.Context().Done()
+			release()
+		}()
 		return ctx
 	}
-	release, ok := c.Limiter.TryAcquire(qc.RemoteAddr())
-	if !ok {
-		_ = qc.CloseWithError(h3ExcessiveLoad, "too many connections")
-		return ctx
-	}
-	go func() {
-		<-qc.Context().Done()
-		release()
-	}()
-	return ctx
-}
-
-func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server {
-	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 }
 
 // Admin is the admin listener's handler (httpserver.Admin): GET /metrics from g for anyone

@@ -43,27 +43,15 @@ func Listen(mainAddr, adminAddr string) (*Listeners, error) {
 // most conns.MaxConnections at once, every answer on either listener is cut off when its writes
 // stop making progress, and idle connections and slow headers are timed out.
 func Serve(ctx context.Context, log *slog.Logger, l *Listeners, main, admin http.Handler, grace time.Duration, onShutdown func(), conns ConnLimits) error {
-	ln := l.Main
-	if conns.Limiter != nil {
-		ln = conns.Limiter.Listener(l.Main)
-	}
-	units := []httpserver.Unit{httpserver.HTTP("", newHTTPServer(httpapi.WriteProgress(main, conns.WriteProgress), log, conns), ln)}
+	units := []httpserver.Unit{httpserver.HTTP("", httpserver.NewHTTP(main, log, conns), conns.Listener(l.Main))}
 	if l.Admin != nil {
-		units = append(units, httpserver.HTTP("", newHTTPServer(httpapi.WriteProgress(admin, conns.WriteProgress), log, conns), l.Admin))
+		units = append(units, httpserver.HTTP("", httpserver.NewHTTP(admin, log, conns), l.Admin))
 	}
 	return httpserver.Serve(ctx, log, grace, onShutdown, units...)
 }
 
-// ConnLimits bound the origin's connections (Serve).
-type ConnLimits struct {
-	httpapi.ServerLimits
-	// Limiter caps the main listener's connections; nil = no cap.
-	Limiter *httpapi.ConnLimiter
-}
-
-func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server {
-	return httpapi.NewServer(h, c.ServerLimits, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-}
+// ConnLimits bound the origin's connections (Serve); the Limiter caps the main listener only.
+type ConnLimits = httpserver.ConnLimits
 
 // ConnLimits are the connection bounds of the configuration, with the server's limiter (its
 // refusals are counted in xet_origin_connections_refused_total, its slots in use in
