@@ -259,6 +259,21 @@ func backendCases() []backendCase {
 	}
 }
 
+// onEachBackend builds the binary and runs test once per backend case, each in its own subtest
+// on a fresh origin configured for that case and not yet started (test adds its flags and
+// starts it).
+func onEachBackend(t *testing.T, test func(t *testing.T, o *proc)) {
+	t.Helper()
+	bin := buildBinary(t)
+	for _, bc := range backendCases() {
+		t.Run(bc.name, func(t *testing.T) {
+			o := newOrigin(t, bin)
+			bc.configure(t, o)
+			test(t, o)
+		})
+	}
+}
+
 // services returns the host:port of the test PostgreSQL and MinIO (skipping, or failing in CI,
 // when they are not configured).
 func services(t *testing.T) (pg, s3 string) {

@@ -22,15 +22,10 @@ import (
 // through the dedup route, as a client does, and that B registers the single-chunk file once it
 // uploaded the bytes itself.
 func TestHashIsNoPossession(t *testing.T) {
-	bin := buildBinary(t)
-	for _, bc := range backendCases() {
-		t.Run(bc.name, func(t *testing.T) {
-			o := newOrigin(t, bin)
-			bc.configure(t, o)
-			o.start(t)
-			testHashIsNoPossession(t, o)
-		})
-	}
+	onEachBackend(t, func(t *testing.T, o *proc) {
+		o.start(t)
+		testHashIsNoPossession(t, o)
+	})
 }
 
 func testHashIsNoPossession(t *testing.T, o *proc) {
