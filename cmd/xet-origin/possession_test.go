@@ -131,7 +131,6 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 		// single-chunk xorb's hash), so a term over exactly that chunk of the larger xorb is
 		// derivable from public hashes too.
 		const at = 2
-		b := xorb.NewBuilder(xorb.LZ4)
 		var chunks [][]byte
 		for i := range 5 {
 			raw := make([]byte, 3000+i)
@@ -142,18 +141,10 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 					raw[j] = byte(rng.IntN(256))
 				}
 			}
-			b.Add(raw, hash.Chunk(raw))
 			chunks = append(chunks, raw)
 		}
-		packed := xorbUp{chunks: chunks}
-		packed.body, packed.layout = b.Finish()
-		packed.hash = packed.layout.Hash
-		if st, body := call(t, "POST", o.base()+packed.path(), wA, packed.body); st != 200 {
-			t.Fatalf("A: POST packed xorb: %d %s", st, body)
-		}
-		if st, body := call(t, "POST", o.base()+"/v1/shards", wA, makeFile(packed).shard); st != 200 {
-			t.Fatalf("A: register packed file: %d %s", st, body)
-		}
+		packed := packXorb(xorb.LZ4, chunks)
+		uploadFile(t, o, wA, makeFile(packed)) // A uploads and registers the packed file
 		claim := func(sha *hash.Hash) []byte {
 			f := shard.File{
 				Hash:         hash.File([]hash.Leaf{{Hash: leaked.Hash, Size: uint64(size)}}),

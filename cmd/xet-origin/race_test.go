@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -33,13 +32,7 @@ func makeXorbEncodings(rng *mrand.Rand, n int, schemes []xorb.Scheme) []xorbUp {
 	}
 	ups := make([]xorbUp, len(schemes))
 	for i, s := range schemes {
-		b := xorb.NewBuilder(s)
-		for _, raw := range chunks {
-			b.Add(raw, hash.Chunk(raw))
-		}
-		ups[i].body, ups[i].layout = b.Finish()
-		ups[i].hash = ups[i].layout.Hash
-		ups[i].chunks = chunks
+		ups[i] = packXorb(s, chunks)
 	}
 	return ups
 }
