@@ -183,12 +183,8 @@ func TestNonReadingDownloaders(t *testing.T) {
 	const attackers = 1000
 	const progress = 10 * time.Second
 	raiseNoFile(t, attackers+200)
-	origin := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
-	edge := testenv.Build(t, ".")
-	odir, edir := t.TempDir(), t.TempDir()
-	oaddr := testenv.FreeAddr(t)
-	testenv.Start(t, origin, []string{"--data-dir", odir, "--listen", oaddr},
-		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	origin, odir, oaddr := startOrigin(t)
+	edge, edir := testenv.Build(t, "."), t.TempDir()
 	tok := func(scope, access string) string {
 		return testenv.Run(t, origin, "token", "--data-dir", odir, "--scope", scope, "--access", access)
 	}
