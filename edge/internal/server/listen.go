@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,13 +201,7 @@ func newHTTPServer(h http.Handler, log *slog.Logger, c ConnLimits) *http.Server 
 func (s *Server) Admin(g prometheus.Gatherer) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	p := http.NewServeMux()
-	p.HandleFunc("/debug/pprof/", pprof.Index)
-	p.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	p.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	p.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	p.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	m.Handle("/debug/pprof/", s.requireAdmin(p))
+	m.Handle("/debug/pprof/", s.requireAdmin(httpapi.Pprof()))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.errs.Write(w, r, httpapi.ErrNotFound) })
 	return httpapi.WithRequestID(m)
 }

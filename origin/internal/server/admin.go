@@ -51,7 +51,7 @@ func (s *Server) Admin(g prometheus.Gatherer, h Hider) http.Handler {
 	m.Handle("GET /metrics", MetricsHandler(g))
 	m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Admin,
 		func(w http.ResponseWriter, r *http.Request) error { return s.adminHide(w, r, h) }))
-	pprof := PprofHandler()
+	pprof := httpapi.Pprof()
 	m.Handle("/debug/pprof/", s.wrap("/debug/pprof/", auth.Admin, func(w http.ResponseWriter, r *http.Request) error {
 		pprof.ServeHTTP(w, r)
 		return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,16 +38,4 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 // MetricsHandler serves the metrics of g (GET /metrics on the admin listener).
 func MetricsHandler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
-}
-
-// PprofHandler serves /debug/pprof/ and its profiles. It checks nothing: Admin puts it behind
-// an admin token.
-func PprofHandler() http.Handler {
-	m := http.NewServeMux()
-	m.HandleFunc("/debug/pprof/", pprof.Index)
-	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return m
 }
