@@ -2,63 +2,24 @@ package edge
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/xetcdn/xetcdn/shared/wire"
+	"github.com/xetcdn/xetcdn/internal/xfertest"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// edgeFetch is one transfer URL of an edge answer with the byte range it was signed for.
-type edgeFetch struct {
-	url        string
-	start, end uint64
-}
-
-func (f edgeFetch) rangeHeader() string { return fmt.Sprintf("bytes=%d-%d", f.start, f.end) }
-
 // edgeFetches returns every transfer URL of file's v2 and v1 answers from the edge for tok;
 // they must be the edge's own (answered locally, not proxied to the origin).
-func edgeFetches(t *testing.T, e *runningEdge, tok string, file hash.Hash) []edgeFetch {
+func edgeFetches(t *testing.T, e *runningEdge, tok string, file hash.Hash) []xfertest.Fetch {
 	t.Helper()
-	var out []edgeFetch
-	st, body := call(t, "GET", e.tlsURL+"/v2/reconstructions/"+file.String(), tok, nil)
-	if st != http.StatusOK {
-		t.Fatalf("v2 reconstruction of %s: %d %s", file, st, body)
-	}
-	var v2 wire.QueryReconstructionResponseV2
-	if err := json.Unmarshal(body, &v2); err != nil {
-		t.Fatal(err)
-	}
-	for _, es := range v2.Xorbs {
-		for _, en := range es {
-			out = append(out, edgeFetch{en.URL, en.Ranges[0].Bytes.Start, en.Ranges[0].Bytes.End})
-		}
-	}
-	st, body = call(t, "GET", e.tlsURL+"/v1/reconstructions/"+file.String(), tok, nil)
-	if st != http.StatusOK {
-		t.Fatalf("v1 reconstruction of %s: %d %s", file, st, body)
-	}
-	var v1 wire.QueryReconstructionResponse
-	if err := json.Unmarshal(body, &v1); err != nil {
-		t.Fatal(err)
-	}
-	for _, es := range v1.FetchInfo {
-		for _, en := range es {
-			out = append(out, edgeFetch{en.URL, en.URLRange.Start, en.URLRange.End})
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("file %s: no transfer URL", file)
-	}
+	get := func(u string) (int, []byte) { return call(t, "GET", u, tok, nil) }
+	out := xfertest.Fetches(t, get, e.tlsURL, file)
 	for _, f := range out {
-		if !strings.HasPrefix(f.url, e.tlsURL+"/") {
-			t.Fatalf("URL %s is not the edge's (%s): the answer was proxied", f.url, e.tlsURL)
+		if !strings.HasPrefix(f.URL, e.tlsURL+"/") {
+			t.Fatalf("URL %s is not the edge's (%s): the answer was proxied", f.URL, e.tlsURL)
 		}
 	}
 	return out
@@ -66,34 +27,9 @@ func edgeFetches(t *testing.T, e *runningEdge, tok string, file hash.Hash) []edg
 
 // fetchStatus GETs f's signed range from the edge and returns the status, checking the length
 // of a 206.
-func fetchStatus(t *testing.T, f edgeFetch) int {
+func fetchStatus(t *testing.T, f xfertest.Fetch) int {
 	t.Helper()
-	st, body := call(t, "GET", f.url, "", nil, "Range", f.rangeHeader())
-	if st == http.StatusPartialContent && uint64(len(body)) != f.end-f.start+1 {
-		t.Fatalf("GET %s: %d bytes, want %d", f.url, len(body), f.end-f.start+1)
-	}
-	return st
-}
-
-// boundedGet GETs u with a Range header and reads at most limit bytes of the answer (an
-// unbounded answer is cut, not read: its Content-Length tells its size).
-func boundedGet(t *testing.T, u, rangeHdr string, limit uint64) (int, []byte, http.Header) {
-	t.Helper()
-	req, err := http.NewRequest("GET", u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Range", rangeHdr)
-	resp, err := insecureClient().Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)))
-	if err != nil {
-		t.Fatalf("GET %s: read body: %v", u, err)
-	}
-	return resp.StatusCode, b, resp.Header
+	return xfertest.Status(t, insecureClient(), f)
 }
 
 // TestEdgeTransferURLAttacks runs the attacks of issue 9 items 4 and 6 against an edge in front
@@ -114,33 +50,15 @@ func TestEdgeTransferURLAttacks(t *testing.T) {
 	e := startEdge(t, o, t.TempDir())
 
 	t.Run("overlapping ranges", func(t *testing.T) {
-		f := edgeFetches(t, e, r, big.hash)[0]
-		span := f.end - f.start + 1
-		spec := strings.TrimPrefix(f.rangeHeader(), "bytes=")
-		hdr := "bytes=" + strings.Repeat(spec+",", 199) + spec
-		st, body, h := boundedGet(t, f.url, hdr, 2*span)
-		cl, _ := strconv.ParseUint(h.Get("Content-Length"), 10, 64)
-		t.Logf("200 copies of a %d-byte signed span: %d, %d bytes (Content-Length %d)", span, st, len(body), cl)
-		if st != http.StatusPartialContent || uint64(len(body)) != span || cl != span {
-			t.Fatalf("200 overlapping ranges of the %d-byte span: status %d, %d bytes (Content-Length %d), want 206 with the span once",
-				span, st, len(body), cl)
-		}
-		// More parts than the URL has signed ranges (here one) and than urlsign.MinParts (16).
-		specs := make([]string, 17)
-		for i := range specs {
-			specs[i] = fmt.Sprintf("%d-%d", f.start+2*uint64(i), f.start+2*uint64(i))
-		}
-		if st, b := call(t, "GET", f.url, "", nil, "Range", "bytes="+strings.Join(specs, ",")); st != http.StatusRequestedRangeNotSatisfiable {
-			t.Fatalf("17 disjoint parts of a one-range URL: %d %.200s, want 416", st, b)
-		}
+		xfertest.CheckRangeAttacks(t, insecureClient(), edgeFetches(t, e, r, big.hash)[0])
 	})
 
 	t.Run("hide revokes issued URLs", func(t *testing.T) {
 		bigURLs, keepURLs, otherURLs := edgeFetches(t, e, r, big.hash), edgeFetches(t, e, r, keep.hash), edgeFetches(t, e, rOther, big.hash)
-		for _, fs := range [][]edgeFetch{bigURLs, keepURLs, otherURLs} {
+		for _, fs := range [][]xfertest.Fetch{bigURLs, keepURLs, otherURLs} {
 			for _, f := range fs {
 				if st := fetchStatus(t, f); st != http.StatusPartialContent {
-					t.Fatalf("before the hide: %s: %d", f.url, st)
+					t.Fatalf("before the hide: %s: %d", f.URL, st)
 				}
 			}
 		}
@@ -162,16 +80,16 @@ func TestEdgeTransferURLAttacks(t *testing.T) {
 				}
 				select {
 				case <-deadline.C:
-					t.Fatalf("edge URL %s still answers %d %v after the hide", f.url, st, revokeDeadline)
+					t.Fatalf("edge URL %s still answers %d %v after the hide", f.URL, st, revokeDeadline)
 				case <-tick.C:
 				}
 			}
 		}
 		t.Logf("edge transfer URLs refused %v after the hide was posted", time.Since(start).Round(time.Millisecond))
-		for _, fs := range [][]edgeFetch{keepURLs, otherURLs} {
+		for _, fs := range [][]xfertest.Fetch{keepURLs, otherURLs} {
 			for _, f := range fs {
 				if st := fetchStatus(t, f); st != http.StatusPartialContent {
-					t.Errorf("after the hide: %s (another file or scope): %d, want 206", f.url, st)
+					t.Errorf("after the hide: %s (another file or scope): %d, want 206", f.URL, st)
 				}
 			}
 		}

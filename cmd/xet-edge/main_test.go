@@ -13,6 +13,16 @@ import (
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
+// startOrigin builds the origin binary and starts it on a fresh data directory; it returns the
+// binary, the data directory and the address it serves on.
+func startOrigin(t *testing.T) (bin, dir, addr string) {
+	t.Helper()
+	bin, dir, addr = testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin"), t.TempDir(), testenv.FreeAddr(t)
+	testenv.Start(t, bin, []string{"--data-dir", dir, "--listen", addr},
+		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	return bin, dir, addr
+}
+
 // TestServeDrainRestart runs the real binary with the fixed command line: /healthz answers on
 // every listener, the admin listener serves /metrics to anyone but pprof only to an admin token
 // (an address without a host binds loopback), SIGTERM drains it to exit 0, and the self-signed
@@ -21,12 +31,8 @@ func TestServeDrainRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs binaries")
 	}
-	origin := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
-	edge := testenv.Build(t, ".")
-	odir, edir := t.TempDir(), t.TempDir()
-	oaddr := testenv.FreeAddr(t)
-	testenv.Start(t, origin, []string{"--data-dir", odir, "--listen", oaddr},
-		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	origin, odir, oaddr := startOrigin(t)
+	edge, edir := testenv.Build(t, "."), t.TempDir()
 	tok := testenv.Run(t, origin, "token", "--data-dir", odir, "--scope", "edge", "--access", "edge")
 	listen, plain, admin := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	args := []string{"--origin", "http://" + oaddr, "--origin-token", tok,

@@ -119,16 +119,6 @@ func fetch(c *http.Client, url, rng string, size int64) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// openFDs counts the open file descriptors of process pid.
-func openFDs(t *testing.T, pid int) int {
-	t.Helper()
-	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Skipf("cannot count fds: %v", err)
-	}
-	return len(es)
-}
-
 // nonReader opens a connection to addr (TLS when tlsOn), asks for url's signed range and
 // never reads: the socket's receive buffer is kept small so the server's writes block early.
 func nonReader(addr, url, rng string, tlsOn bool) (net.Conn, error) {
@@ -193,12 +183,8 @@ func TestNonReadingDownloaders(t *testing.T) {
 	const attackers = 1000
 	const progress = 10 * time.Second
 	raiseNoFile(t, attackers+200)
-	origin := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
-	edge := testenv.Build(t, ".")
-	odir, edir := t.TempDir(), t.TempDir()
-	oaddr := testenv.FreeAddr(t)
-	testenv.Start(t, origin, []string{"--data-dir", odir, "--listen", oaddr},
-		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	origin, odir, oaddr := startOrigin(t)
+	edge, edir := testenv.Build(t, "."), t.TempDir()
 	tok := func(scope, access string) string {
 		return testenv.Run(t, origin, "token", "--data-dir", odir, "--scope", scope, "--access", access)
 	}
@@ -231,7 +217,7 @@ func TestNonReadingDownloaders(t *testing.T) {
 			t.Fatalf("warm-up download: %v", err)
 		}
 	}
-	base := openFDs(t, p.Pid())
+	base := p.OpenFDs(t)
 
 	// The attack: 1,000 connections that ask and never read.
 	var mu sync.Mutex
@@ -267,7 +253,7 @@ func TestNonReadingDownloaders(t *testing.T) {
 		t.Fatalf("non-reader: %v", err)
 	}
 	opened := time.Since(start)
-	held := openFDs(t, p.Pid())
+	held := p.OpenFDs(t)
 	t.Logf("%d non-readers connected in %v; edge fds %d → %d", attackers, opened.Round(time.Millisecond), base, held)
 	if held < base+attackers/2 {
 		t.Fatalf("edge holds %d fds with %d non-readers (from %d): the attack did not take", held, attackers, base)
@@ -297,14 +283,14 @@ func TestNonReadingDownloaders(t *testing.T) {
 	if took[len(took)/2] > time.Second {
 		t.Errorf("median fresh download took %v during the attack, want under 1 s", took[len(took)/2])
 	}
-	if held := openFDs(t, p.Pid()); during < progress && held < base+attackers*9/10 {
+	if held := p.OpenFDs(t); during < progress && held < base+attackers*9/10 {
 		t.Errorf("the non-readers were let go (%d fds) before the write progress deadline", held)
 	}
 
 	// Every stalled answer is cut off at the write progress deadline: the fds fall back.
 	deadline := time.Now().Add(progress + 15*time.Second)
 	for {
-		n := openFDs(t, p.Pid())
+		n := p.OpenFDs(t)
 		if n <= base+20 {
 			t.Logf("edge fds back to %d (base %d) %v after the attack started", n, base, time.Since(start).Round(time.Millisecond))
 			break

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -271,26 +270,16 @@ func TestNonReadingDownloaders(t *testing.T) {
 	p := o.start(t)
 	w, r := o.token(t, "models/acme/stall", "write"), o.token(t, "models/acme/stall", "read")
 
-	b := xorb.NewBuilder(xorb.None)
 	var chunks [][]byte
 	for range 128 {
 		raw := make([]byte, 64<<10)
 		for i := range raw {
 			raw[i] = byte(mrand.IntN(256))
 		}
-		b.Add(raw, hash.Chunk(raw))
 		chunks = append(chunks, raw)
 	}
-	x := xorbUp{chunks: chunks}
-	x.body, x.layout = b.Finish()
-	x.hash = x.layout.Hash
-	f := makeFile(x)
-	if st, body := call(t, "POST", o.base()+x.path(), w, x.body); st != 200 {
-		t.Fatalf("xorb upload: %d %s", st, body)
-	}
-	if st, body := call(t, "POST", o.base()+"/v1/shards", w, f.shard); st != 200 {
-		t.Fatalf("shard upload: %d %s", st, body)
-	}
+	f := makeFile(packXorb(xorb.None, chunks))
+	uploadFile(t, o, w, f)
 	st, body := call(t, "GET", o.base()+"/v1/reconstructions/"+f.hash.String(), r, nil)
 	if st != 200 {
 		t.Fatalf("reconstruction: %d %s", st, body)
@@ -320,14 +309,7 @@ func TestNonReadingDownloaders(t *testing.T) {
 	if _, err := fresh(); err != nil {
 		t.Fatalf("download before the attack: %v", err)
 	}
-	fds := func() int {
-		es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Pid()))
-		if err != nil {
-			t.Skipf("cannot count fds: %v", err)
-		}
-		return len(es)
-	}
-	base := fds()
+	base := p.OpenFDs(t)
 
 	path := url[strings.Index(url[len("http://"):], "/")+len("http://"):]
 	start := time.Now()
@@ -343,7 +325,7 @@ func TestNonReadingDownloaders(t *testing.T) {
 		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nRange: %s\r\n\r\n", path, o.addr, rng)
 	}
 	time.Sleep(500 * time.Millisecond)
-	held := fds()
+	held := p.OpenFDs(t)
 	t.Logf("%d non-readers connected in %v; origin fds %d → %d", attackers, time.Since(start).Round(time.Millisecond), base, held)
 	if held < base+attackers*9/10 {
 		t.Fatalf("origin holds %d fds with %d non-readers (from %d): the attack did not take", held, attackers, base)
@@ -363,7 +345,7 @@ func TestNonReadingDownloaders(t *testing.T) {
 		t.Errorf("median fresh download took %v during the attack, want under 1 s", took[len(took)/2])
 	}
 	if err := eventually(progress+15*time.Second, func() error {
-		if n := fds(); n > base+20 {
+		if n := p.OpenFDs(t); n > base+20 {
 			return fmt.Errorf("origin still holds %d fds (base %d) %v after %d non-readers connected (write progress %v)",
 				n, base, time.Since(start).Round(time.Second), attackers, progress)
 		}

@@ -166,16 +166,24 @@ func (x xorbUp) path() string { return "/v1/xorbs/default/" + x.hash.String() }
 
 // makeXorb builds a xorb of n compressible random chunks of 4–8 KB.
 func makeXorb(rng *mrand.Rand, n int) xorbUp {
-	b := xorb.NewBuilder(xorb.LZ4)
-	x := xorbUp{}
+	var chunks [][]byte
 	for range n {
 		raw := make([]byte, 4000+rng.IntN(4000))
 		for i := range raw {
 			raw[i] = byte('a' + rng.IntN(4))
 		}
-		b.Add(raw, hash.Chunk(raw))
-		x.chunks = append(x.chunks, raw)
+		chunks = append(chunks, raw)
 	}
+	return packXorb(xorb.LZ4, chunks)
+}
+
+// packXorb builds the xorb of chunks, encoded with scheme s.
+func packXorb(s xorb.Scheme, chunks [][]byte) xorbUp {
+	b := xorb.NewBuilder(s)
+	for _, raw := range chunks {
+		b.Add(raw, hash.Chunk(raw))
+	}
+	x := xorbUp{chunks: chunks}
 	x.body, x.layout = b.Finish()
 	x.hash = x.layout.Hash
 	return x
@@ -256,6 +264,21 @@ func backendCases() []backendCase {
 			pg, s3 := services(t)
 			production(t, o, pg, s3)
 		}},
+	}
+}
+
+// onEachBackend builds the binary and runs test once per backend case, each in its own subtest
+// on a fresh origin configured for that case and not yet started (test adds its flags and
+// starts it).
+func onEachBackend(t *testing.T, test func(t *testing.T, o *proc)) {
+	t.Helper()
+	bin := buildBinary(t)
+	for _, bc := range backendCases() {
+		t.Run(bc.name, func(t *testing.T) {
+			o := newOrigin(t, bin)
+			bc.configure(t, o)
+			test(t, o)
+		})
 	}
 }
 

@@ -22,15 +22,10 @@ import (
 // through the dedup route, as a client does, and that B registers the single-chunk file once it
 // uploaded the bytes itself.
 func TestHashIsNoPossession(t *testing.T) {
-	bin := buildBinary(t)
-	for _, bc := range backendCases() {
-		t.Run(bc.name, func(t *testing.T) {
-			o := newOrigin(t, bin)
-			bc.configure(t, o)
-			o.start(t)
-			testHashIsNoPossession(t, o)
-		})
-	}
+	onEachBackend(t, func(t *testing.T, o *proc) {
+		o.start(t)
+		testHashIsNoPossession(t, o)
+	})
 }
 
 func testHashIsNoPossession(t *testing.T, o *proc) {
@@ -136,7 +131,6 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 		// single-chunk xorb's hash), so a term over exactly that chunk of the larger xorb is
 		// derivable from public hashes too.
 		const at = 2
-		b := xorb.NewBuilder(xorb.LZ4)
 		var chunks [][]byte
 		for i := range 5 {
 			raw := make([]byte, 3000+i)
@@ -147,18 +141,10 @@ func testHashIsNoPossession(t *testing.T, o *proc) {
 					raw[j] = byte(rng.IntN(256))
 				}
 			}
-			b.Add(raw, hash.Chunk(raw))
 			chunks = append(chunks, raw)
 		}
-		packed := xorbUp{chunks: chunks}
-		packed.body, packed.layout = b.Finish()
-		packed.hash = packed.layout.Hash
-		if st, body := call(t, "POST", o.base()+packed.path(), wA, packed.body); st != 200 {
-			t.Fatalf("A: POST packed xorb: %d %s", st, body)
-		}
-		if st, body := call(t, "POST", o.base()+"/v1/shards", wA, makeFile(packed).shard); st != 200 {
-			t.Fatalf("A: register packed file: %d %s", st, body)
-		}
+		packed := packXorb(xorb.LZ4, chunks)
+		uploadFile(t, o, wA, makeFile(packed)) // A uploads and registers the packed file
 		claim := func(sha *hash.Hash) []byte {
 			f := shard.File{
 				Hash:         hash.File([]hash.Leaf{{Hash: leaked.Hash, Size: uint64(size)}}),

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -33,13 +32,7 @@ func makeXorbEncodings(rng *mrand.Rand, n int, schemes []xorb.Scheme) []xorbUp {
 	}
 	ups := make([]xorbUp, len(schemes))
 	for i, s := range schemes {
-		b := xorb.NewBuilder(s)
-		for _, raw := range chunks {
-			b.Add(raw, hash.Chunk(raw))
-		}
-		ups[i].body, ups[i].layout = b.Finish()
-		ups[i].hash = ups[i].layout.Hash
-		ups[i].chunks = chunks
+		ups[i] = packXorb(s, chunks)
 	}
 	return ups
 }
@@ -61,72 +54,67 @@ var clientMixes = [][]xorb.Scheme{
 // index kept one upload's layout while the store kept another's bytes, and the file could never
 // be downloaded again. Each round is one xorb raced by a client mix; rounds run four at a time.
 func TestXorbEncodingRace(t *testing.T) {
-	bin := buildBinary(t)
-	for _, bc := range backendCases() {
-		t.Run(bc.name, func(t *testing.T) {
-			o := newOrigin(t, bin)
-			bc.configure(t, o)
-			o.start(t)
-			const scope = "models/race/encodings"
-			w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
-			c := o.client(t, r)
-			const rounds, parallel = 60, 4
-			sem := make(chan struct{}, parallel)
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var failures []string
-			fail := func(format string, args ...any) {
-				mu.Lock()
-				failures = append(failures, fmt.Sprintf(format, args...))
-				mu.Unlock()
-			}
-			for round := range rounds {
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					rng := mrand.New(mrand.NewPCG(uint64(round), 9))
-					mix := clientMixes[round%len(clientMixes)]
-					ups := makeXorbEncodings(rng, 40+rng.IntN(30), mix)
-					// Every client sends its encoding at the same moment.
-					start := make(chan struct{})
-					answers := make([]answer, len(ups))
-					errs := make([]error, len(ups))
-					var posts sync.WaitGroup
-					for i, x := range ups {
-						posts.Go(func() {
-							<-start
-							answers[i], errs[i] = do("POST", o.base()+x.path(), w, x.body)
-						})
-					}
-					close(start)
-					posts.Wait()
-					for i := range ups {
-						if errs[i] != nil || answers[i].status != http.StatusOK {
-							fail("round %d: %v upload: %v %d %s", round, mix[i], errs[i], answers[i].status, answers[i].body)
-							return
-						}
-					}
-					// Each client then registers its file over the xorb (the same file).
-					f := makeFile(ups[round%len(ups)])
-					path := []string{"/v1/shards", "/v2/shards"}[round%2]
-					if a, err := do("POST", o.base()+path, w, f.shard); err != nil || !shardAccepted(path, a) {
-						fail("round %d: shard: %v %d %s", round, err, a.status, a.body)
+	onEachBackend(t, func(t *testing.T, o *proc) {
+		o.start(t)
+		const scope = "models/race/encodings"
+		w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
+		c := o.client(t, r)
+		const rounds, parallel = 60, 4
+		sem := make(chan struct{}, parallel)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failures []string
+		fail := func(format string, args ...any) {
+			mu.Lock()
+			failures = append(failures, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		for round := range rounds {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				rng := mrand.New(mrand.NewPCG(uint64(round), 9))
+				mix := clientMixes[round%len(clientMixes)]
+				ups := makeXorbEncodings(rng, 40+rng.IntN(30), mix)
+				// Every client sends its encoding at the same moment.
+				start := make(chan struct{})
+				answers := make([]answer, len(ups))
+				errs := make([]error, len(ups))
+				var posts sync.WaitGroup
+				for i, x := range ups {
+					posts.Go(func() {
+						<-start
+						answers[i], errs[i] = do("POST", o.base()+x.path(), w, x.body)
+					})
+				}
+				close(start)
+				posts.Wait()
+				for i := range ups {
+					if errs[i] != nil || answers[i].status != http.StatusOK {
+						fail("round %d: %v upload: %v %d %s", round, mix[i], errs[i], answers[i].status, answers[i].body)
 						return
 					}
-					got, err := download(c, f.hash)
-					if err != nil {
-						fail("round %d (%v): download: %v", round, mix, err)
-						return
-					}
-					if !bytes.Equal(got, f.data) {
-						fail("round %d (%v): download: %d bytes differ from the %d uploaded", round, mix, len(got), len(f.data))
-					}
-				})
-			}
-			wg.Wait()
-			if len(failures) > 0 {
-				t.Fatalf("%d of %d rounds failed; first: %s", len(failures), rounds, failures[0])
-			}
-		})
-	}
+				}
+				// Each client then registers its file over the xorb (the same file).
+				f := makeFile(ups[round%len(ups)])
+				path := []string{"/v1/shards", "/v2/shards"}[round%2]
+				if a, err := do("POST", o.base()+path, w, f.shard); err != nil || !shardAccepted(path, a) {
+					fail("round %d: shard: %v %d %s", round, err, a.status, a.body)
+					return
+				}
+				got, err := download(c, f.hash)
+				if err != nil {
+					fail("round %d (%v): download: %v", round, mix, err)
+					return
+				}
+				if !bytes.Equal(got, f.data) {
+					fail("round %d (%v): download: %d bytes differ from the %d uploaded", round, mix, len(got), len(f.data))
+				}
+			})
+		}
+		wg.Wait()
+		if len(failures) > 0 {
+			t.Fatalf("%d of %d rounds failed; first: %s", len(failures), rounds, failures[0])
+		}
+	})
 }

@@ -20,17 +20,12 @@ import (
 // Hub-style token route; and 404 bodies for unknown, foreign and hidden files are the fixed
 // not-found body, with no SQL, scope or internal route in them.
 func TestPrivateSurfaces(t *testing.T) {
-	bin := buildBinary(t)
-	for _, bc := range backendCases() {
-		t.Run(bc.name, func(t *testing.T) {
-			o := newOrigin(t, bin)
-			bc.configure(t, o)
-			_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
-			o.args = append(o.args, "--admin-listen", ":"+port)
-			p := o.start(t)
-			testPrivateSurfaces(t, o, p.Log(), port)
-		})
-	}
+	onEachBackend(t, func(t *testing.T, o *proc) {
+		_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
+		o.args = append(o.args, "--admin-listen", ":"+port)
+		p := o.start(t)
+		testPrivateSurfaces(t, o, p.Log(), port)
+	})
 }
 
 func testPrivateSurfaces(t *testing.T, o *proc, log, port string) {

@@ -268,6 +268,17 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
+// OpenFDs counts the process's open file descriptors (from /proc; the test is skipped where it
+// cannot be read).
+func (p *Process) OpenFDs(t testing.TB) int {
+	t.Helper()
+	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Pid()))
+	if err != nil {
+		t.Skipf("cannot count fds: %v", err)
+	}
+	return len(es)
+}
+
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 

@@ -17,16 +17,16 @@ import (
 	"github.com/quic-go/quic-go/http3"
 )
 
-// TestConnLimiterHoldsAtCap: at the cap a new connection is not accepted (it waits in the
-// backlog) until one closes; over the per-address cap it is closed at once.
-func TestConnLimiterHoldsAtCap(t *testing.T) {
+// serveLimited listens on a loopback port through lim and sends each connection it accepts to
+// the channel; the listener is closed when the test ends.
+func serveLimited(t *testing.T, lim *ConnLimiter) (net.Listener, <-chan net.Conn) {
+	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := NewConnLimiter(2, 0)
 	ln := lim.Listener(raw)
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	accepted := make(chan net.Conn, 8)
 	go func() {
 		for {
@@ -37,6 +37,14 @@ func TestConnLimiterHoldsAtCap(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	return raw, accepted
+}
+
+// TestConnLimiterHoldsAtCap: at the cap a new connection is not accepted (it waits in the
+// backlog) until one closes; over the per-address cap it is closed at once.
+func TestConnLimiterHoldsAtCap(t *testing.T) {
+	lim := NewConnLimiter(2, 0)
+	raw, accepted := serveLimited(t, lim)
 	for range 3 {
 		c, err := net.Dial("tcp", raw.Addr().String())
 		if err != nil {
@@ -64,25 +72,10 @@ func TestConnLimiterHoldsAtCap(t *testing.T) {
 }
 
 func TestConnLimiterPerIP(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	lim := NewConnLimiter(10, 1)
 	var refused atomic.Int32
 	lim.OnRefuse = func() { refused.Add(1) }
-	ln := lim.Listener(raw)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	raw, accepted := serveLimited(t, lim)
 	a, err := net.Dial("tcp", raw.Addr().String())
 	if err != nil {
 		t.Fatal(err)

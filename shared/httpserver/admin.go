@@ -2,7 +2,6 @@ package httpserver
 
 import (
 	"net/http"
-	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -12,17 +11,17 @@ import (
 )
 
 // Admin is an admin listener's handler: GET /metrics from g for anyone who reaches the
-// listener (scrapers), /debug/pprof/ for a bearer token of access admin only (401 without one,
-// 403 for any other token), the routes routes adds (may be nil) and 404 for every other path.
-// wrap wraps the pprof and 404 routes (a Wrapper's Wrap, with or without metrics). The listener
-// should still be private: see docs/security.md.
+// listener (scrapers), /debug/pprof/ (httpapi.Pprof) for a bearer token of access admin only
+// (401 without one, 403 for any other token), the routes routes adds (may be nil) and 404 for
+// every other path. wrap wraps the pprof and 404 routes (a Wrapper's Wrap, with or without
+// metrics). The listener should still be private: see docs/security.md.
 func Admin(g prometheus.Gatherer, wrap func(route string, need auth.Access, fn Handler) http.Handler, routes func(m *http.ServeMux)) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	if routes != nil {
 		routes(m)
 	}
-	p := Pprof()
+	p := httpapi.Pprof()
 	m.Handle("/debug/pprof/", wrap("/debug/pprof/", auth.Admin, func(w http.ResponseWriter, r *http.Request) error {
 		p.ServeHTTP(w, r)
 		return nil
@@ -31,16 +30,4 @@ func Admin(g prometheus.Gatherer, wrap func(route string, need auth.Access, fn H
 		return httpapi.ErrNotFound
 	}))
 	return httpapi.WithRequestID(m)
-}
-
-// Pprof serves /debug/pprof/ and its profiles. It checks nothing: Admin puts it behind an
-// admin token.
-func Pprof() http.Handler {
-	m := http.NewServeMux()
-	m.HandleFunc("/debug/pprof/", pprof.Index)
-	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return m
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/jsontest"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -74,21 +75,6 @@ func wireV1(a *Answer, s Signer) *wire.QueryReconstructionResponse {
 	return out
 }
 
-// decodeAny decodes one JSON document exactly (numbers as json.Number, trailing data refused).
-func decodeAny(t *testing.T, b []byte) any {
-	t.Helper()
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		t.Fatalf("does not decode: %v\n%s", err, clipBody(b))
-	}
-	if d.More() {
-		t.Fatalf("trailing data after the document\n%s", clipBody(b))
-	}
-	return v
-}
-
 // sameValue checks that got decodes (encoding/json) to the same value as json.Marshal(want):
 // as generic JSON (every key and number, exactly), and into want's type.
 func sameValue(t *testing.T, got []byte, want any) {
@@ -97,7 +83,7 @@ func sameValue(t *testing.T, got []byte, want any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(decodeAny(t, got), decodeAny(t, ref)) {
+	if !reflect.DeepEqual(jsontest.Value(t, got), jsontest.Value(t, ref)) {
 		t.Fatalf("encoder and wire type differ:\n encoder %s\n wire    %s", clipBody(got), clipBody(ref))
 	}
 	typ := reflect.TypeOf(want).Elem()

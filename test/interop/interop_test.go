@@ -71,11 +71,8 @@ type uploaded struct {
 }
 
 func TestInterop(t *testing.T) {
-	python := testenv.Require(t, testenv.Python)
-	nodeDir := testenv.Require(t, testenv.NodeModules)
-	root := moduleRoot(t)
+	clients := stockClients(t)
 	bins := buildBinaries(t)
-	clients := []*client{hfxetClient(python, root), hfjsClient(t, nodeDir, root)}
 
 	big, base := int64(bigSize), int64(baseSize)
 	if testing.Short() {
@@ -376,6 +373,16 @@ type uploadResult struct {
 
 func hfxetClient(python, root string) *client {
 	return &client{name: "hfxet", argv: []string{python, filepath.Join(root, "test", "interop", "hfxet_driver.py")}}
+}
+
+// stockClients are the stock clients the tests drive: hf_xet and huggingface.js (the test is
+// skipped without them, and fails in CI).
+func stockClients(t *testing.T) []*client {
+	t.Helper()
+	python := testenv.Require(t, testenv.Python)
+	nodeDir := testenv.Require(t, testenv.NodeModules)
+	root := moduleRoot(t)
+	return []*client{hfxetClient(python, root), hfjsClient(t, nodeDir, root)}
 }
 
 // hfjsClient runs the node driver from a temp dir whose node_modules links to the one in nodeDir:

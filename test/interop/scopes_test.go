@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-
-	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
 // TestInteropTwoScopes: writers of two scopes upload the same files with the stock clients. The
@@ -21,11 +19,8 @@ import (
 // second scope must dedup against the first scope's xorbs. Both clients keep their local state
 // (hf_xet's shard cache) between the two scopes, as one user writing to two repositories does.
 func TestInteropTwoScopes(t *testing.T) {
-	python := testenv.Require(t, testenv.Python)
-	nodeDir := testenv.Require(t, testenv.NodeModules)
-	root := moduleRoot(t)
+	clients := stockClients(t)
 	bins := buildBinaries(t)
-	clients := []*client{hfxetClient(python, root), hfjsClient(t, nodeDir, root)}
 	const scopeA, scopeB, scopeC = "models/acme/first", "models/other/second", "models/third/elsewhere"
 	files := make(map[string][]fixture)
 	for i, c := range clients {

@@ -24,6 +24,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/internal/xfertest"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httprange"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -144,16 +145,6 @@ func newTransferFixture(t testing.TB, chunks, chunkSize int, opts ...func(*Optio
 	return &transferFixture{srv: srv, signer: signer, body: body, l: l, fetch: f, meta: meta}
 }
 
-// manyParts is a Range header of n one-byte ranges two bytes apart from start (never coalesced).
-func manyParts(n int, start uint64) string {
-	specs := make([]string, n)
-	for i := range specs {
-		b := start + 2*uint64(i)
-		specs[i] = fmt.Sprintf("%d-%d", b, b)
-	}
-	return "bytes=" + strings.Join(specs, ",")
-}
-
 // transferFile is the file the fixture's URLs are issued for, in scope "s".
 var transferFile = hash.Chunk([]byte("transfer fixture file"))
 
@@ -225,7 +216,7 @@ func TestTransfer(t *testing.T) {
 		{"two pieces of one signed range", []httprange.ByteRange{whole},
 			fmt.Sprintf("bytes=%d-%d,%d-%d", mid.Start, mid.End, 0, 99), 206, []httprange.ByteRange{mid, {Start: 0, End: 99}}},
 		{"more parts than signed ranges and than urlsign.MinParts", []httprange.ByteRange{whole},
-			manyParts(urlsign.MinParts+1, mid.Start), 416, nil},
+			xfertest.ManyParts(urlsign.MinParts+1, mid.Start), 416, nil},
 		{"outside the signed set", []httprange.ByteRange{mid}, fmt.Sprintf("bytes=%d-%d", whole.Start, whole.End), 403, nil},
 		{"past the chunk area", []httprange.ByteRange{{Start: whole.End + 1, End: whole.End + 10}}, fmt.Sprintf("bytes=%d-%d", whole.End+1, whole.End+10), 416, nil},
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/xfertest"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -359,7 +360,7 @@ func TestTransferRoute(t *testing.T) {
 		{"tampered signature", tampered("s", strings.Repeat("A", len(q.Get("s")))), fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End), 403},
 		{"other xorb", strings.Replace(u, l.Hash.String(), hash.Chunk([]byte("x")).String(), 1), fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End), 403},
 		{"bad range", u, "bytes=x-y", 416},
-		{"more parts than signed ranges and than urlsign.MinParts", u, manyParts(urlsign.MinParts+1, r0.Start), 416},
+		{"more parts than signed ranges and than urlsign.MinParts", u, xfertest.ManyParts(urlsign.MinParts+1, r0.Start), 416},
 		{"past the object", u, fmt.Sprintf("bytes=%d-%d", len(obj)+10, len(obj)+20), 416},
 	}
 	for _, tc := range tests {
@@ -368,16 +369,6 @@ func TestTransferRoute(t *testing.T) {
 	// Expired: the same URL after its lifetime.
 	e.clock.Add(e.cfg.Auth.TransferURLTTL.D() + time.Second)
 	expect(t, e.fetch(u, fmt.Sprintf("bytes=%d-%d", r0.Start, r0.End)), 403)
-}
-
-// manyParts is a Range header of n one-byte ranges two bytes apart from start (never coalesced).
-func manyParts(n int, start uint64) string {
-	specs := make([]string, n)
-	for i := range specs {
-		b := start + 2*uint64(i)
-		specs[i] = fmt.Sprintf("%d-%d", b, b)
-	}
-	return "bytes=" + strings.Join(specs, ",")
 }
 
 func termOf(l *xorb.Layout, a, b uint32) shardTerm {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/xfertest"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -56,24 +57,13 @@ func testTransferURLsBound(t *testing.T, b backend) {
 	tok, otherTok := e.token(scope, auth.Read), e.token(other, auth.Read)
 
 	urls := func(tok string, f hash.Hash) []string {
+		get := func(path string) (int, []byte) {
+			resp := e.do("GET", path, tok, nil)
+			return resp.StatusCode, read(t, resp)
+		}
 		var out []string
-		var v2 reconV2
-		if err := json.Unmarshal(expect(t, e.do("GET", "/v2/reconstructions/"+f.String(), tok, nil), 200), &v2); err != nil {
-			t.Fatal(err)
-		}
-		for _, es := range v2.Xorbs {
-			for _, en := range es {
-				out = append(out, en.URL)
-			}
-		}
-		var v1 reconV1
-		if err := json.Unmarshal(expect(t, e.do("GET", "/v1/reconstructions/"+f.String(), tok, nil), 200), &v1); err != nil {
-			t.Fatal(err)
-		}
-		for _, es := range v1.FetchInfo {
-			for _, en := range es {
-				out = append(out, en.URL)
-			}
+		for _, fe := range xfertest.Fetches(t, get, "", f) {
+			out = append(out, fe.URL)
 		}
 		return out
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xetcdn/xetcdn/internal/jsontest"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
@@ -61,21 +62,6 @@ func wireBatch(ids []hash.Hash, answers []*recon.Answer, s urlsign.Bound) *wire.
 		}
 	}
 	return out
-}
-
-// jsonValue decodes one JSON document exactly: numbers as json.Number, trailing data refused.
-func jsonValue(t *testing.T, b []byte) any {
-	t.Helper()
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		t.Fatalf("does not decode: %v\n%.300s", err, b)
-	}
-	if d.More() {
-		t.Fatalf("trailing data\n%.300s", b)
-	}
-	return v
 }
 
 // planWhole plans a whole-file answer of a record made of terms (no layout is needed).
@@ -143,7 +129,7 @@ func TestWriteBatchMatchesWire(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(jsonValue(t, buf.Bytes()), jsonValue(t, ref)) {
+			if !reflect.DeepEqual(jsontest.Value(t, buf.Bytes()), jsontest.Value(t, ref)) {
 				t.Fatalf("%s: batch answer and wire type differ:\n got  %.400s\n want %.400s", tc.name, buf.Bytes(), ref)
 			}
 			var got, fromRef wire.BatchQueryReconstructionResponse
