@@ -16,10 +16,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"syscall"
+
+	"github.com/xetcdn/xetcdn/shared/buildinfo"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's name; it writes
@@ -59,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
 		usage(stdout, cmds)
 		return 0
@@ -92,22 +95,12 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 }
 
-// runVersion prints the module version and VCS revision the binary was built from.
+// runVersion prints the module version, the VCS commit the binary was built from and the Go
+// version.
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if len(args) != 0 {
 		return fmt.Errorf("%w: version takes no arguments", errUsage)
 	}
-	version, revision := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = " " + s.Value
-			}
-		}
-	}
-	_, err := fmt.Fprintf(stdout, "xet %s%s %s\n", version, revision, runtime.Version())
+	_, err := fmt.Fprintln(stdout, buildinfo.Read().String("xet"))
 	return err
 }
