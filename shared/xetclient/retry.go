@@ -20,6 +20,9 @@ var (
 	// ErrCorrupt: the server sent bytes that are not what the protocol promises (a transfer body
 	// that does not decode to the announced chunks, an answer that breaks the client rules).
 	ErrCorrupt = errors.New("xetclient: corrupt answer")
+	// ErrSizeMismatch: DownloadOptions.Size is not the size of the file (the file ended earlier,
+	// or has bytes past it). Nothing is wrong with the server's answers.
+	ErrSizeMismatch = errors.New("xetclient: size mismatch")
 )
 
 // StatusError is an HTTP answer with an unexpected status.
