@@ -46,7 +46,7 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rng := fs.String("range", "", "inclusive byte range A-B (or A-) like an HTTP Range")
 	out := fs.String("o", "", "output file, or - for standard output (required)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xet download --endpoint URL [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] -o OUT")
+		fmt.Fprintln(stderr, "usage: xet download --endpoint URL [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] [--ca-file PEM] -o OUT")
 		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"seconds":S,"bytes_received":N} (to stderr with -o -)`)
 		fs.PrintDefaults()
 	}
@@ -79,7 +79,16 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer c.Close()
+	err = download(ctx, c, h, opts, *out, stdout, stderr)
+	if errors.Is(err, xetclient.ErrNotFound) {
+		// The server's own text may name its routes; the user needs only this.
+		return fmt.Errorf("file %s not found (or not readable with this token)", h)
+	}
+	return err
+}
 
+// download fetches h to out ("-": stdout) and prints the summary line.
+func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetclient.DownloadOptions, out string, stdout, stderr io.Writer) error {
 	bar := newProgressBar(stderr, "download")
 	opts.Progress = bar.update
 	var stats xetclient.DownloadStats
@@ -87,11 +96,11 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	start := time.Now()
 	sum := sha256.New()
 	result := func(n int64, w io.Writer) error {
-		return json.NewEncoder(w).Encode(downloadOutput{Path: *out, FileHash: h, Size: n,
+		return json.NewEncoder(w).Encode(downloadOutput{Path: out, FileHash: h, Size: n,
 			SHA256: hex.EncodeToString(sum.Sum(nil)), Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000,
 			BytesReceived: stats.TransferBytes})
 	}
-	if *out == "-" {
+	if out == "-" {
 		n, err := c.Download(ctx, h, io.MultiWriter(stdout, sum), opts)
 		bar.finish()
 		if err != nil {
@@ -99,7 +108,7 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return result(n, stderr)
 	}
-	tmp := *out + ".part"
+	tmp := out + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
 		return err
@@ -118,7 +127,7 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Clean(*out)); err != nil {
+	if err := os.Rename(tmp, filepath.Clean(out)); err != nil {
 		return err
 	}
 	return result(n, stdout)

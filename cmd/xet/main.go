@@ -19,7 +19,10 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/xetcdn/xetcdn/shared/buildinfo"
+	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's name; it writes
@@ -74,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "xet %s: %v\n", name, err)
+		if h := hint(err); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "run 'xet %s -h' for usage\n", name)
 		}
@@ -103,4 +109,20 @@ func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	_, err := fmt.Fprintln(stdout, buildinfo.Read().String("xet"))
 	return err
+}
+
+// hint says what to do about a connection error the message alone does not explain.
+func hint(err error) string {
+	var qt *quic.IdleTimeoutError
+	var ht *quic.HandshakeTimeoutError
+	switch {
+	case xetclient.IsCertificateError(err):
+		return "the server's TLS certificate is not trusted: pass --ca-file PEM (for an edge with its own " +
+			"certificate: DATA-DIR/tls/cert.pem), or set SSL_CERT_FILE to that file, or use the edge's plain " +
+			"HTTP listener (--http-listen) with an http:// endpoint; --insecure turns verification off"
+	case errors.As(err, &qt) || errors.As(err, &ht):
+		return fmt.Sprintf("no HTTP/3 (QUIC over UDP) answer within %v: is the server's UDP port reachable? "+
+			"Without --http3 the client uses TCP", xetclient.QUICHandshakeTimeout)
+	}
+	return ""
 }

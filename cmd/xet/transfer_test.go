@@ -18,14 +18,20 @@ import (
 // startOrigin runs the real xet-origin binary without auth on a fresh data directory and returns
 // its base URL.
 func startOrigin(t *testing.T) string {
+	u, _, _ := startOriginIn(t)
+	return u
+}
+
+// startOriginIn is startOrigin that also returns the binary and the data directory.
+func startOriginIn(t *testing.T) (url, bin, dir string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the origin binary")
 	}
-	bin, addr := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin"), testenv.FreeAddr(t)
-	testenv.Start(t, bin, []string{"--data-dir", t.TempDir(), "--listen", addr, "--dev-no-auth"},
+	bin, addr, dir := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin"), testenv.FreeAddr(t), t.TempDir()
+	testenv.Start(t, bin, []string{"--data-dir", dir, "--listen", addr, "--dev-no-auth"},
 		testenv.Options{Ready: `"msg":"xet-origin serving"`})
-	return "http://" + addr
+	return "http://" + addr, bin, dir
 }
 
 // TestDownloadSummary: `xet download` prints one JSON line on success (file hash, size, SHA-256,
