@@ -52,7 +52,7 @@ help:
 build:
 	@mkdir -p bin
 	@mains=$$($(GO) list -e -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '^$$'); \
-	$(GO) build -o bin/ $$mains; \
+	$(GO) build -ldflags "-X github.com/xetcdn/xetcdn/shared/buildinfo.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o bin/ $$mains; \
 	echo "build: $$(cd bin && ls | tr '\n' ' ')"
 
 run: build

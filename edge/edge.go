@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -39,6 +40,12 @@ type Edge struct {
 	done chan struct{}
 	err  error
 }
+
+// ErrConfig wraps every configuration problem Run reports (one per line of the error's text).
+var ErrConfig = config.ErrInvalid
+
+// PrintFlags writes the server's flags, with their descriptions and defaults, to w.
+func PrintFlags(w io.Writer) { config.PrintFlags(w) }
 
 // Run starts the edge from args and getenv and serves until ctx is cancelled, then drains.
 func Run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger, reg *prometheus.Registry) error {

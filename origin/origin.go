@@ -21,6 +21,12 @@ import (
 	"github.com/xetcdn/xetcdn/shared/auth"
 )
 
+// ErrConfig wraps every configuration problem Run reports (one per line of the error's text).
+var ErrConfig = config.ErrInvalid
+
+// PrintFlags writes the server's flags, with their descriptions and defaults, to w.
+func PrintFlags(w io.Writer) { config.PrintFlags(w) }
+
 // Run loads the configuration from args (flags, --config file) and getenv (secrets), serves
 // until ctx is cancelled, then drains in-flight requests and closes the backends. Metrics are
 // registered on reg and served, with pprof, on the admin listener.
@@ -61,13 +67,20 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 // not started yet.
 func MintToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("xet-origin token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // printed below: usage to stdout for -h, to stderr after an error
 	dataDir := fs.String("data-dir", "", "the origin's data directory")
 	keyDir := fs.String("key-dir", "", "key directory (default DATA-DIR/keys)")
 	scope := fs.String("scope", "", "repository the token is for, e.g. models/acme/llama")
 	access := fs.String("access", "", "read | write | edge | admin")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
 	if err := fs.Parse(args); err != nil {
+		w := stderr
+		if errors.Is(err, flag.ErrHelp) {
+			w = stdout
+		}
+		fmt.Fprintln(w, "usage: xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
 		return err
 	}
 	if fs.NArg() > 0 {

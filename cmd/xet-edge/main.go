@@ -2,34 +2,94 @@
 //
 //	xet-edge --origin URL --origin-token TOKEN --data-dir DIR --listen HOST:PORT
 //	         [--http-listen HOST:PORT] [--admin-listen HOST:PORT] [--permits N] [--config FILE]
+//	xet-edge version
 //
 // It serves TLS (HTTP/1.1, HTTP/2) on TCP and HTTP/3 on UDP at --listen, with a self-signed
 // certificate kept in DIR unless one is configured. SIGINT or SIGTERM drain it gracefully.
 // See docs/edge.md.
+//
+// Exit status: 0 after a graceful stop or for --help and version, 2 for an error in the command
+// line or configuration (each problem on its own line of stderr), 1 for any other failure.
 package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xetcdn/xetcdn/edge"
+	"github.com/xetcdn/xetcdn/shared/buildinfo"
 )
 
 func main() {
+	args := os.Args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "version", "--version", "-version":
+			fmt.Println(buildinfo.Read().String("xet-edge"))
+			return
+		case "help":
+			usage(os.Stdout)
+			return
+		}
+	}
+	if helpRequested(args) {
+		usage(os.Stdout)
+		return
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := buildinfo.Register(reg); err != nil {
+		panic(err) // a fresh registry: cannot clash
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := edge.Run(ctx, os.Args[1:], os.Getenv, log, reg); err != nil {
-		log.Error("xet-edge stopped", "err", err)
+	if err := edge.Run(ctx, args, os.Getenv, log, reg); err != nil {
 		stop()
+		if errors.Is(err, edge.ErrConfig) {
+			fmt.Fprintln(os.Stderr, "xet-edge: configuration error:")
+			for _, line := range strings.Split(err.Error(), "\n") { // errors.Join: one problem per line
+				fmt.Fprintln(os.Stderr, "  "+strings.TrimPrefix(line, edge.ErrConfig.Error()+": "))
+			}
+			fmt.Fprintln(os.Stderr, "run 'xet-edge --help' for usage")
+			os.Exit(2)
+		}
+		log.Error("xet-edge stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// helpRequested reports whether the flags ask for help (-h, -help, --help), as the flag package
+// would see them: up to "--".
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help", "-h=true", "-help=true", "--help=true":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  xet-edge [flags]   run the edge (see docs/edge.md)
+  xet-edge version   print the version, commit and Go version
+  xet-edge help      print this help
+
+flags:
+`)
+	edge.PrintFlags(w)
 }

@@ -58,6 +58,9 @@ func TestServeDrainRestart(t *testing.T) {
 			if strings.HasSuffix(u, "/metrics") && !strings.Contains(string(b), `xet_edge_fallbacks_total{reason="no_permit"}`) {
 				t.Errorf("run %d: /metrics has no fallback counter", run)
 			}
+			if strings.HasSuffix(u, "/metrics") && !strings.Contains(string(b), `xet_build_info{commit="`) {
+				t.Errorf("run %d: /metrics has no xet_build_info gauge", run)
+			}
 		}
 		for _, c := range []struct {
 			tok    string

@@ -3,41 +3,106 @@
 //
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
+//	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
 // local-disk objects under DIR). SIGINT or SIGTERM drain it gracefully. See docs/origin.md.
+//
+// Exit status: 0 after a graceful stop or for --help and version, 2 for an error in the command
+// line or configuration (each problem on its own line of stderr), 1 for any other failure.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xetcdn/xetcdn/origin"
+	"github.com/xetcdn/xetcdn/shared/buildinfo"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "token" {
-		if err := origin.MintToken(os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "xet-origin token:", err)
-			os.Exit(2)
+	args := os.Args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "token":
+			if err := origin.MintToken(args[1:], os.Stdout, os.Stderr); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return
+				}
+				fmt.Fprintln(os.Stderr, "xet-origin token:", err)
+				os.Exit(2)
+			}
+			return
+		case "version", "--version", "-version":
+			fmt.Println(buildinfo.Read().String("xet-origin"))
+			return
+		case "help":
+			usage(os.Stdout)
+			return
 		}
+	}
+	if helpRequested(args) {
+		usage(os.Stdout)
 		return
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := buildinfo.Register(reg); err != nil {
+		panic(err) // a fresh registry: cannot clash
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := origin.Run(ctx, os.Args[1:], os.Getenv, log, reg); err != nil {
-		log.Error("xet-origin stopped", "err", err)
+	if err := origin.Run(ctx, args, os.Getenv, log, reg); err != nil {
 		stop()
+		if errors.Is(err, origin.ErrConfig) {
+			fmt.Fprintln(os.Stderr, "xet-origin: configuration error:")
+			for _, line := range strings.Split(err.Error(), "\n") { // errors.Join: one problem per line
+				fmt.Fprintln(os.Stderr, "  "+strings.TrimPrefix(line, origin.ErrConfig.Error()+": "))
+			}
+			fmt.Fprintln(os.Stderr, "run 'xet-origin --help' for usage")
+			os.Exit(2)
+		}
+		log.Error("xet-origin stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// helpRequested reports whether the flags ask for help (-h, -help, --help), as the flag package
+// would see them: up to the first non-flag argument or "--".
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help", "-h=true", "-help=true", "--help=true":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  xet-origin [flags]              run the origin (see docs/origin.md)
+  xet-origin token [token flags]  mint a token signed with the origin's key ('xet-origin token -h')
+  xet-origin version              print the version, commit and Go version
+  xet-origin help                 print this help
+
+flags:
+`)
+	origin.PrintFlags(w)
+	fmt.Fprintf(w, "\nsecrets come from the environment: %s, %s, %s\n",
+		"XETCDN_POSTGRES_DSN", "XETCDN_S3_ACCESS_KEY", "XETCDN_S3_SECRET_KEY")
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,14 +14,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
+// downloadOutput is the JSON line `xet download` prints on success, in this field order. The
+// client keeps no cache, so every byte came from the network: BytesReceived counts the transfer
+// bodies (compressed xorb ranges), not the reconstruction answers.
+type downloadOutput struct {
+	Path          string    `json:"path"`
+	FileHash      hash.Hash `json:"file_hash"`
+	Size          int64     `json:"size"`
+	SHA256        string    `json:"sha256"`
+	Seconds       float64   `json:"seconds"`
+	BytesReceived int64     `json:"bytes_received"`
+}
+
 // runDownload implements `xet download --endpoint URL --hash H [--size N] [--range A-B] -o OUT`.
 // A file OUT is written through OUT.part, renamed into place only once the download succeeded
-// (and, for whole files, the content hashed to H); "-o -" writes to standard output.
+// (and, for whole files, the content hashed to H); "-o -" writes to standard output. On success
+// it prints a JSON line (downloadOutput) to stdout, or to stderr when stdout carries the file.
 func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("download", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -29,7 +46,8 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rng := fs.String("range", "", "inclusive byte range A-B (or A-) like an HTTP Range")
 	out := fs.String("o", "", "output file, or - for standard output (required)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xet download --endpoint URL [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] -o OUT")
+		fmt.Fprintln(stderr, "usage: xet download --endpoint URL [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] [--ca-file PEM] -o OUT")
+		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"seconds":S,"bytes_received":N} (to stderr with -o -)`)
 		fs.PrintDefaults()
 	}
 	if help, err := parseFlags(fs, args); help || err != nil {
@@ -61,21 +79,47 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer c.Close()
+	err = download(ctx, c, h, opts, *out, stdout, stderr)
+	if errors.Is(err, xetclient.ErrNotFound) {
+		// The server's own text may name its routes; the user needs only this.
+		return fmt.Errorf("file %s not found (or not readable with this token)", h)
+	}
+	return err
+}
 
+// download fetches h to out ("-": stdout) and prints the summary line.
+func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetclient.DownloadOptions, out string, stdout, stderr io.Writer) error {
 	bar := newProgressBar(stderr, "download")
 	opts.Progress = bar.update
-	if *out == "-" {
-		_, err := c.Download(ctx, h, stdout, opts)
-		bar.finish()
-		return err
+	var stats xetclient.DownloadStats
+	opts.Stats = &stats
+	start := time.Now()
+	sum := sha256.New()
+	result := func(n int64, w io.Writer) error {
+		return json.NewEncoder(w).Encode(downloadOutput{Path: out, FileHash: h, Size: n,
+			SHA256: hex.EncodeToString(sum.Sum(nil)), Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000,
+			BytesReceived: stats.TransferBytes})
 	}
-	tmp := *out + ".part"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if out == "-" {
+		n, err := c.Download(ctx, h, io.MultiWriter(stdout, sum), opts)
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		return result(n, stderr)
+	}
+	tmp := out + ".part"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
 		return err
 	}
-	_, err = c.DownloadAt(ctx, h, f, opts)
+	n, err := c.DownloadAt(ctx, h, f, opts)
 	bar.finish()
+	if err == nil { // DownloadAt writes out of order: hash what is on disk
+		if _, err = f.Seek(0, io.SeekStart); err == nil {
+			_, err = io.Copy(sum, f)
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -83,7 +127,10 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, filepath.Clean(*out))
+	if err := os.Rename(tmp, filepath.Clean(out)); err != nil {
+		return err
+	}
+	return result(n, stdout)
 }
 
 // parseRange reads "A-B" (inclusive) or "A-" (to the end of the file).

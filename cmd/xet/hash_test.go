@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -158,10 +160,15 @@ func TestCommandErrors(t *testing.T) {
 	}
 }
 
+// TestVersion: `xet version` and `xet --version` print the module version, the commit
+// ("unknown" when the build has none) and the Go version.
 func TestVersion(t *testing.T) {
-	code, out, _ := runXet(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "xet ") || !strings.Contains(out, "go1.") {
-		t.Fatalf("code %d, %q", code, out)
+	re := regexp.MustCompile(`^xet \S+ \(commit \S+, ` + regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
+	for _, arg := range []string{"version", "--version"} {
+		code, out, _ := runXet(t, arg)
+		if code != 0 || !re.MatchString(out) {
+			t.Fatalf("%s: code %d, %q; want %s", arg, code, out, re)
+		}
 	}
 }
 

@@ -16,10 +16,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"syscall"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/xetcdn/xetcdn/shared/buildinfo"
+	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's name; it writes
@@ -59,6 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
 		usage(stdout, cmds)
 		return 0
@@ -71,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "xet %s: %v\n", name, err)
+		if h := hint(err); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "run 'xet %s -h' for usage\n", name)
 		}
@@ -92,22 +101,28 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 }
 
-// runVersion prints the module version and VCS revision the binary was built from.
+// runVersion prints the module version, the VCS commit the binary was built from and the Go
+// version.
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if len(args) != 0 {
 		return fmt.Errorf("%w: version takes no arguments", errUsage)
 	}
-	version, revision := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = " " + s.Value
-			}
-		}
-	}
-	_, err := fmt.Fprintf(stdout, "xet %s%s %s\n", version, revision, runtime.Version())
+	_, err := fmt.Fprintln(stdout, buildinfo.Read().String("xet"))
 	return err
+}
+
+// hint says what to do about a connection error the message alone does not explain.
+func hint(err error) string {
+	var qt *quic.IdleTimeoutError
+	var ht *quic.HandshakeTimeoutError
+	switch {
+	case xetclient.IsCertificateError(err):
+		return "the server's TLS certificate is not trusted: pass --ca-file PEM (for an edge with its own " +
+			"certificate: DATA-DIR/tls/cert.pem), or set SSL_CERT_FILE to that file, or use the edge's plain " +
+			"HTTP listener (--http-listen) with an http:// endpoint; --insecure turns verification off"
+	case errors.As(err, &qt) || errors.As(err, &ht):
+		return fmt.Sprintf("no HTTP/3 (QUIC over UDP) answer within %v: is the server's UDP port reachable? "+
+			"Without --http3 the client uses TCP", xetclient.QUICHandshakeTimeout)
+	}
+	return ""
 }

@@ -21,6 +21,7 @@ type clientFlags struct {
 	token       string
 	http3       bool
 	insecure    bool
+	caFile      string
 	concurrency int
 }
 
@@ -29,6 +30,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "bearer token (default $XET_TOKEN; none: no Authorization header)")
 	fs.BoolVar(&f.http3, "http3", false, "use HTTP/3 (QUIC); needs an https endpoint")
 	fs.BoolVar(&f.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
+	fs.StringVar(&f.caFile, "ca-file", "", "trust the CA certificates in this PEM file (e.g. an edge's DATA-DIR/tls/cert.pem) instead of the system's (default: the system's, or $SSL_CERT_FILE)")
 	fs.IntVar(&f.concurrency, "concurrency", xetclient.DefaultConcurrency, "parallel xorb uploads / range fetches")
 }
 
@@ -46,6 +48,13 @@ func (f *clientFlags) client() (*xetclient.Client, error) {
 		Token:              tok,
 		InsecureSkipVerify: f.insecure,
 		Concurrency:        f.concurrency,
+	}
+	if f.caFile != "" {
+		pool, err := xetclient.LoadCAFile(f.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --ca-file: %v", errUsage, err)
+		}
+		o.RootCAs = pool
 	}
 	if f.http3 {
 		o.Protocol = xetclient.HTTP3
@@ -82,7 +91,7 @@ func runUpload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var cf clientFlags
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xet upload --endpoint URL [--token TOKEN] [--http3] [--insecure] FILE...   (\"-\" reads standard input)")
+		fmt.Fprintln(stderr, "usage: xet upload --endpoint URL [--token TOKEN] [--http3] [--insecure] [--ca-file PEM] FILE...   (\"-\" reads standard input)")
 		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"bytes_sent":N} per file`)
 		fs.PrintDefaults()
 	}

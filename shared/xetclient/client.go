@@ -21,15 +21,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -66,6 +69,10 @@ const (
 	DefaultUserAgent   = "xetcdn-go/1"
 	// DefaultPrefix is the prefix the stock client uses on the xorb and dedup routes.
 	DefaultPrefix = "default"
+	// QUICHandshakeTimeout bounds an HTTP/3 connection attempt that hears nothing from the
+	// server (a closed or filtered UDP port); QUICIdleTimeout closes a silent HTTP/3 connection.
+	QUICHandshakeTimeout = 10 * time.Second
+	QUICIdleTimeout      = 30 * time.Second
 )
 
 // Options configure a Client. Only Endpoint (or TokenURL) is required.
@@ -91,6 +98,9 @@ type Options struct {
 	Protocol Protocol
 	// InsecureSkipVerify accepts any TLS certificate (self-signed test and dev servers).
 	InsecureSkipVerify bool
+	// RootCAs, when set, are the certificate authorities trusted instead of the system's (which
+	// honour SSL_CERT_FILE and SSL_CERT_DIR on Unix). LoadCAFile reads a PEM file into a pool.
+	RootCAs *x509.CertPool
 
 	// Concurrency bounds parallel xorb uploads and parallel transfer GETs (default 8). An upload
 	// holds up to Concurrency+1 xorbs (≤ 64 MiB each) in memory.
@@ -121,6 +131,9 @@ type Client struct {
 	// v1Recon and v1Shards remember a V2→V1 fallback for the Client's lifetime, as hf_xet does.
 	v1Recon  atomic.Bool
 	v1Shards atomic.Bool
+	// answered is set by the first HTTP answer: until then a failure to connect (refused, no
+	// QUIC answer, an untrusted certificate) is reported at once instead of being retried.
+	answered atomic.Bool
 }
 
 // New validates opts and builds a Client. It does no network I/O.
@@ -181,8 +194,8 @@ func (c *Client) SessionID() string { return c.sessionID }
 // newHTTPClient builds the transport for opts.Protocol and returns the client and its closer.
 func newHTTPClient(opts Options) (*http.Client, func() error) {
 	var tlsConf *tls.Config
-	if opts.InsecureSkipVerify {
-		tlsConf = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for explicitly
+	if opts.InsecureSkipVerify || opts.RootCAs != nil {
+		tlsConf = &tls.Config{InsecureSkipVerify: opts.InsecureSkipVerify, RootCAs: opts.RootCAs} //nolint:gosec // asked for explicitly
 	}
 	d := &net.Dialer{Timeout: 60 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
@@ -202,7 +215,8 @@ func newHTTPClient(opts Options) (*http.Client, func() error) {
 		t.Protocols.SetHTTP1(true)
 	}
 	if opts.Protocol == HTTP3 {
-		h3 := &http3.Transport{TLSClientConfig: tlsConf, DisableCompression: true}
+		h3 := &http3.Transport{TLSClientConfig: tlsConf, DisableCompression: true,
+			QUICConfig: &quic.Config{HandshakeIdleTimeout: QUICHandshakeTimeout, MaxIdleTimeout: QUICIdleTimeout}}
 		rt := h3OrPlain{h3: h3, plain: t}
 		return &http.Client{Transport: rt}, func() error { t.CloseIdleConnections(); return h3.Close() }
 	}
@@ -222,6 +236,19 @@ func (t h3OrPlain) RoundTrip(r *http.Request) (*http.Response, error) {
 		return t.h3.RoundTrip(r)
 	}
 	return t.plain.RoundTrip(r)
+}
+
+// LoadCAFile reads the PEM certificates of path into a pool for Options.RootCAs.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // newSessionID returns a UUID version 7 (time-ordered), the form hf_xet sends.

@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,10 +257,39 @@ func TestRanges(t *testing.T) {
 			}
 		})
 	}
-	t.Run("size larger than file", func(t *testing.T) {
-		_, err := c.Download(context.Background(), h, &bytes.Buffer{}, xetclient.DownloadOptions{Size: size + 1})
-		if !errors.Is(err, xetclient.ErrCorrupt) {
-			t.Fatalf("err = %v, want ErrCorrupt", err)
+	// A wrong Size is the caller's mistake, reported as such and not as corruption (issue 14).
+	for _, tc := range []struct {
+		size int64
+		msg  string
+	}{
+		{size + 1, fmt.Sprintf("has %d bytes, not the %d given as its size", size, size+1)},
+		{size - 1, fmt.Sprintf("is longer than the %d bytes given as its size", size-1)},
+		{1 << 20, "is longer than the 1048576 bytes given as its size"},
+	} {
+		t.Run(fmt.Sprintf("size %d of %d", tc.size, size), func(t *testing.T) {
+			_, err := c.Download(context.Background(), h, &bytes.Buffer{}, xetclient.DownloadOptions{Size: tc.size})
+			if !errors.Is(err, xetclient.ErrSizeMismatch) || errors.Is(err, xetclient.ErrCorrupt) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want ErrSizeMismatch saying %q", err, tc.msg)
+			}
+		})
+	}
+	// Without Size, the total comes from the reconstruction: at the latest with the block where
+	// the file ends, and before the last byte is written.
+	t.Run("total from the reconstruction", func(t *testing.T) {
+		var firstTotalAt, lastTotal int64 = -1, 0
+		var stats xetclient.DownloadStats
+		n, err := c.Download(context.Background(), h, &bytes.Buffer{}, xetclient.DownloadOptions{Stats: &stats,
+			Progress: func(done, total int64) {
+				if total > 0 && firstTotalAt < 0 {
+					firstTotalAt = done
+				}
+				lastTotal = total
+			}})
+		if err != nil || n != size || lastTotal != size || firstTotalAt < 0 || firstTotalAt >= size {
+			t.Fatalf("n=%d err=%v: last total %d (want %d), first seen at %d bytes done", n, err, lastTotal, size, firstTotalAt)
+		}
+		if stats.TransferBytes <= 0 {
+			t.Errorf("TransferBytes = %d", stats.TransferBytes)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -31,17 +32,29 @@ type DownloadOptions struct {
 	// Range). An end past the end of the file is clamped; a start at or past it is
 	// ErrRangeNotSatisfiable.
 	Range *[2]int64
-	// Size is the file size when known (0: unknown). Known, it saves the final probe past EOF,
-	// and a file that turns out shorter is an error.
+	// Size is the file size when known (0: unknown). Known, it saves the final probe past EOF;
+	// a file that turns out shorter, or (for a verified whole-file download) longer, is
+	// ErrSizeMismatch.
 	Size int64
-	// Progress, when not nil, is called with the bytes written so far and the expected total
-	// (0 when unknown). Calls are serialized but may come from different goroutines.
+	// Progress, when not nil, is called with the bytes written so far and the expected total:
+	// from Size or Range, else from the reconstruction once a block ends before the block size
+	// (at once for files up to Options.BlockSize); 0 while unknown. Calls are serialized but may
+	// come from different goroutines.
 	Progress func(done, total int64)
+	// Stats, when not nil, is filled when Download returns (also after an error).
+	Stats *DownloadStats
 	// SkipVerify skips hashing a whole-file download. By default, when no Range is given, every
 	// decoded chunk is hashed and the file hash rebuilt from them must equal file (ErrCorrupt
 	// otherwise, reported after the bytes were written). Ranged downloads are checked only for
 	// lengths: the protocol gives the client no hashes of partial content.
 	SkipVerify bool
+}
+
+// DownloadStats describe a finished download.
+type DownloadStats struct {
+	// TransferBytes counts the bytes received from transfer URLs (compressed xorb ranges,
+	// retries included): what crossed the network besides the reconstruction answers.
+	TransferBytes int64
 }
 
 // Download writes the bytes of file (or of opts.Range) to w and returns how many it wrote.
@@ -57,8 +70,8 @@ type DownloadOptions struct {
 // Bytes are written with Write in order, from one goroutine at a time; pieces that arrive early
 // are held in memory, at most about two blocks. DownloadAt avoids that buffering.
 //
-// Errors: ErrNotFound for an unknown file, ErrRangeNotSatisfiable, *StatusError, ErrCorrupt,
-// and errors of w.
+// Errors: ErrNotFound for an unknown file, ErrRangeNotSatisfiable, ErrSizeMismatch,
+// *StatusError, ErrCorrupt, and errors of w.
 func (c *Client) Download(ctx context.Context, file hash.Hash, w io.Writer, opts DownloadOptions) (int64, error) {
 	return c.download(ctx, file, newSeqSink(w, c.opts.BlockSize), opts)
 }
@@ -71,6 +84,10 @@ func (c *Client) DownloadAt(ctx context.Context, file hash.Hash, w io.WriterAt, 
 }
 
 func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts DownloadOptions) (int64, error) {
+	prog := &progress{fn: opts.Progress}
+	if opts.Stats != nil {
+		defer func() { opts.Stats.TransferBytes = prog.net.Load() }()
+	}
 	base, err := c.base(ctx)
 	if err != nil {
 		return 0, err
@@ -93,11 +110,9 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 			end = opts.Size
 		}
 	}
-	total := int64(0)
 	if end >= 0 {
-		total = end - start
+		prog.setTotal(end - start)
 	}
-	prog := &progress{fn: opts.Progress, total: total}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.opts.Concurrency)
@@ -113,11 +128,15 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 		b := &block{c: c, base: base, file: file, first: pos, last: pos + want - 1, verify: verify}
 		n, err := b.plan(gctx, pos-start)
 		if errors.Is(err, ErrRangeNotSatisfiable) && !(pos == start && opts.Range != nil) {
+			prog.setTotal(pos - start)
 			break // past EOF: the previous block ended exactly at the end of the file
 		}
 		if err != nil {
 			walkErr = err
 			break
+		}
+		if n < want {
+			prog.setTotal(pos + n - start) // the file ends in this block
 		}
 		for _, j := range b.jobs {
 			if err := out.wait(gctx, j.firstOut); err != nil {
@@ -139,13 +158,28 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 		return prog.done(), walkErr
 	}
 	if opts.Size > 0 && pos < end {
-		return prog.done(), fmt.Errorf("%w: file %s ended at byte %d, expected %d", ErrCorrupt, file, pos, end)
+		return prog.done(), fmt.Errorf("%w: file %s has %d bytes, not the %d given as its size", ErrSizeMismatch, file, pos, opts.Size)
 	}
 	if err := out.flush(); err != nil {
 		return prog.done(), err
 	}
 	if verify {
-		if got := hash.File(fileLeaves(blocks)); got != file {
+		leaves := fileLeaves(blocks)
+		var chunked int64
+		for _, l := range leaves {
+			chunked += int64(l.Size)
+		}
+		if got := hash.File(leaves); got != file || chunked != pos {
+			// A Size shorter than the file cuts it (inside a chunk: the chunks hash right but hold
+			// more than was written): the content is right, the size is not.
+			if opts.Size > 0 {
+				if _, err := c.reconstruct(ctx, base, file, opts.Size, opts.Size); err == nil {
+					return prog.done(), fmt.Errorf("%w: file %s is longer than the %d bytes given as its size", ErrSizeMismatch, file, opts.Size)
+				}
+			}
+			if got == file {
+				return prog.done(), fmt.Errorf("%w: the file's chunks hold %d bytes, %d were written", ErrCorrupt, chunked, pos)
+			}
 			return prog.done(), fmt.Errorf("%w: downloaded content hashes to file %s, want %s", ErrCorrupt, got, file)
 		}
 	}
@@ -330,7 +364,7 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 		for {
 			u, gen := b.url(j)
 			var err error
-			data, ends, err = c.fetchRange(ctx, u, j, data[:0], ends[:0])
+			data, ends, err = c.fetchRange(ctx, u, j, data[:0], ends[:0], &prog.net)
 			if isStatus(err, http.StatusForbidden) && refreshes < maxURLRefreshes {
 				refreshes++
 				if rerr := b.refresh(ctx, gen); rerr != nil {
@@ -401,7 +435,7 @@ func checkTerms(b *block, j *fetchJob, ends []uint32) error {
 // fetchRange GETs the serialized chunks of j from u (no Authorization) and decodes them into
 // data; ends receives each chunk's cumulative decoded end. Short or undecodable bodies are
 // transient errors.
-func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32) ([]byte, []uint32, error) {
+func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32, net *atomic.Int64) ([]byte, []uint32, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, u, false)
 	if err != nil {
 		return data, ends, err
@@ -427,7 +461,7 @@ func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []b
 		return data, ends, fmt.Errorf("%w: transfer answered %d", ErrCorrupt, resp.StatusCode)
 	}
 	nc := int(j.chunks.End - j.chunks.Start)
-	cr := xorb.NewChunkReader(io.LimitReader(resp.Body, want))
+	cr := xorb.NewChunkReader(&countingReader{r: io.LimitReader(resp.Body, want), n: net})
 	for {
 		raw, _, err := cr.Next()
 		if errors.Is(err, io.EOF) {
@@ -539,12 +573,38 @@ func decodeV1(body []byte) (*wire.QueryReconstructionResponseV2, error) {
 	return v2, nil
 }
 
-// progress serializes progress callbacks.
+// progress serializes progress callbacks and counts transfer bytes.
 type progress struct {
 	fn    func(done, total int64)
-	total int64
 	mu    sync.Mutex
+	total int64
 	n     int64
+	net   atomic.Int64
+}
+
+// setTotal records the expected total once it is known, and reports it.
+func (p *progress) setTotal(total int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.total == total {
+		return
+	}
+	p.total = total
+	if p.fn != nil {
+		p.fn(p.n, p.total)
+	}
+}
+
+// countingReader adds the bytes read through it to n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 func (p *progress) add(n int64) {

@@ -2,14 +2,20 @@ package xetclient
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/quic-go/quic-go"
 )
 
 var (
@@ -20,6 +26,9 @@ var (
 	// ErrCorrupt: the server sent bytes that are not what the protocol promises (a transfer body
 	// that does not decode to the announced chunks, an answer that breaks the client rules).
 	ErrCorrupt = errors.New("xetclient: corrupt answer")
+	// ErrSizeMismatch: DownloadOptions.Size is not the size of the file (the file ended earlier,
+	// or has bytes past it). Nothing is wrong with the server's answers.
+	ErrSizeMismatch = errors.New("xetclient: size mismatch")
 )
 
 // StatusError is an HTTP answer with an unexpected status.
@@ -43,8 +52,14 @@ func newStatusError(resp *http.Response) *StatusError {
 	u := *resp.Request.URL
 	u.RawQuery = ""
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	return &StatusError{Method: resp.Request.Method, URL: u.String(), Status: resp.StatusCode,
-		Message: strings.TrimSpace(string(b))}
+	msg := strings.TrimSpace(string(b))
+	var body struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Error != "" {
+		msg = body.Error
+	}
+	return &StatusError{Method: resp.Request.Method, URL: u.String(), Status: resp.StatusCode, Message: msg}
 }
 
 // retryableStatus reports the statuses hf_xet retries (docs/protocol.md §2.11): 5xx except 501,
@@ -147,7 +162,8 @@ func (c *Client) retry(ctx context.Context, fn attempt) error {
 		if err == nil {
 			return nil
 		}
-		if n+1 >= p.MaxAttempts || !retryable(ctx, err) {
+		if n+1 >= p.MaxAttempts || !retryable(ctx, err) || IsCertificateError(err) ||
+			(!c.answered.Load() && IsUnreachable(err)) {
 			return err
 		}
 		if werr := p.wait(ctx, n); werr != nil {
@@ -163,12 +179,41 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.answered.Store(true)
 	if resp.StatusCode/100 != 2 {
 		se := newStatusError(resp)
 		resp.Body.Close()
 		return nil, se
 	}
 	return resp, nil
+}
+
+// IsCertificateError reports whether err is a failure to verify the server's TLS certificate
+// (unknown authority, wrong host name, expired): retrying cannot cure it.
+func IsCertificateError(err error) bool {
+	var (
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+		cv *tls.CertificateVerificationError
+	)
+	if errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &cv) {
+		return true
+	}
+	// QUIC reports the TLS failure as a transport error carrying the text only.
+	return err != nil && strings.Contains(err.Error(), "x509: ")
+}
+
+// IsUnreachable reports whether err is a failure to reach the server at all: a refused TCP
+// connection, a failed dial, or no QUIC answer within QUICHandshakeTimeout.
+func IsUnreachable(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	var it *quic.IdleTimeoutError
+	var ht *quic.HandshakeTimeoutError
+	return errors.As(err, &it) || errors.As(err, &ht)
 }
 
 // isStatus reports whether err is a *StatusError with one of the codes.

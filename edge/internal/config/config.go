@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -148,18 +149,10 @@ var ErrInvalid = errors.New("config: invalid")
 // environment (getenv, os.Getenv in production).
 func Load(args []string, getenv func(string) string) (*Config, error) {
 	c := Default()
-	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
 	var file string
-	fs.StringVar(&file, "config", "", "JSON configuration file")
 	var f Config
-	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080")
-	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
-	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
-	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
-	fs.StringVar(&f.HTTPListen, "http-listen", "", "plain HTTP listener host:port")
-	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
-	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
-	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
+	fs := newFlagSet(&file, &f)
+	fs.SetOutput(io.Discard) // the error says what is wrong; --help is handled by the command
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -201,6 +194,30 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	return &c, nil
 }
 
+// newFlagSet defines the command-line flags, bound to file (--config) and the scratch config f.
+func newFlagSet(file *string, f *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
+	fs.StringVar(file, "config", "", "JSON configuration file")
+	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080")
+	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
+	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
+	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
+	fs.StringVar(&f.HTTPListen, "http-listen", "", "plain HTTP listener host:port")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
+	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
+	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
+	return fs
+}
+
+// PrintFlags writes the flags' descriptions and defaults to w (for --help).
+func PrintFlags(w io.Writer) {
+	var file string
+	var f Config
+	fs := newFlagSet(&file, &f)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
 func (c *Config) fillDerived() {
 	c.AdminListen = AdminAddr(c.AdminListen)
 	if c.DataDir != "" {
@@ -237,6 +254,10 @@ func (c *Config) Validate() error {
 	for name, u := range map[string]string{"origin": c.Origin, "public_url": c.PublicURL} {
 		if name == "public_url" && u == "" {
 			continue // defaults to the bound TLS address
+		}
+		if name == "origin" && u == "" {
+			bad("origin (--origin) is required")
+			continue
 		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			bad("%s %q is not an http(s) URL", name, u)

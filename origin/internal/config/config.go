@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -179,22 +180,11 @@ var ErrInvalid = errors.New("config: invalid")
 // environment (getenv, os.Getenv in production). Flags override the file named by --config.
 func Load(args []string, getenv func(string) string) (*Config, error) {
 	c := Default()
-	fs := flag.NewFlagSet("xet-origin", flag.ContinueOnError)
-	var file string
-	fs.StringVar(&file, "config", "", "JSON configuration file")
 	// Flags are bound to a scratch copy; only the ones actually given are applied after the file.
+	var file string
 	var f Config
-	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (keys; embedded index and objects)")
-	fs.StringVar(&f.Listen, "listen", defaultListen, "main listener host:port")
-	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
-	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the origin")
-	fs.StringVar(&f.EdgeURL, "edge-url", "", "casUrl handed out with read tokens")
-	fs.BoolVar(&f.DevNoAuth, "dev-no-auth", false, "DEVELOPMENT ONLY: accept requests without tokens")
-	fs.StringVar(&f.Index.Driver, "index", IndexSQLite, "index backend: sqlite | postgres")
-	fs.StringVar(&f.Objects.Driver, "objects", ObjectsLocal, "object store: local | s3")
-	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
-	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
-	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", 4<<10, "minimum upload pace in bytes/s (<0 disables)")
+	fs := newFlagSet(&file, &f)
+	fs.SetOutput(io.Discard) // the error says what is wrong; --help is handled by the command
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -240,6 +230,33 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// newFlagSet defines the command-line flags, bound to file (--config) and the scratch config f.
+func newFlagSet(file *string, f *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("xet-origin", flag.ContinueOnError)
+	fs.StringVar(file, "config", "", "JSON configuration file")
+	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (keys; embedded index and objects)")
+	fs.StringVar(&f.Listen, "listen", defaultListen, "main listener host:port")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
+	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the origin")
+	fs.StringVar(&f.EdgeURL, "edge-url", "", "casUrl handed out with read tokens")
+	fs.BoolVar(&f.DevNoAuth, "dev-no-auth", false, "DEVELOPMENT ONLY: accept requests without tokens")
+	fs.StringVar(&f.Index.Driver, "index", IndexSQLite, "index backend: sqlite | postgres")
+	fs.StringVar(&f.Objects.Driver, "objects", ObjectsLocal, "object store: local | s3")
+	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
+	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
+	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", 4<<10, "minimum upload pace in bytes/s (<0 disables)")
+	return fs
+}
+
+// PrintFlags writes the flags' descriptions and defaults to w (for --help).
+func PrintFlags(w io.Writer) {
+	var file string
+	var f Config
+	fs := newFlagSet(&file, &f)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }
 
 // fillDerived fills paths and URLs that default from other fields.
@@ -292,7 +309,7 @@ func (c *Config) Validate() error {
 	}
 	switch c.Index.Driver {
 	case IndexSQLite:
-		if c.Index.SQLitePath == "" {
+		if c.Index.SQLitePath == "" && c.DataDir != "" { // without data_dir, only that is reported
 			bad("index.sqlite_path is empty")
 		}
 	case IndexPostgres:
@@ -307,7 +324,7 @@ func (c *Config) Validate() error {
 	}
 	switch c.Objects.Driver {
 	case ObjectsLocal:
-		if c.Objects.Dir == "" {
+		if c.Objects.Dir == "" && c.DataDir != "" {
 			bad("objects.dir is empty")
 		}
 	case ObjectsS3:

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
+)
+
+// startOrigin runs the real xet-origin binary without auth on a fresh data directory and returns
+// its base URL.
+func startOrigin(t *testing.T) string {
+	u, _, _ := startOriginIn(t)
+	return u
+}
+
+// startOriginIn is startOrigin that also returns the binary and the data directory.
+func startOriginIn(t *testing.T) (url, bin, dir string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the origin binary")
+	}
+	bin, addr, dir := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin"), testenv.FreeAddr(t), t.TempDir()
+	testenv.Start(t, bin, []string{"--data-dir", dir, "--listen", addr, "--dev-no-auth"},
+		testenv.Options{Ready: `"msg":"xet-origin serving"`})
+	return "http://" + addr, bin, dir
+}
+
+// TestDownloadSummary: `xet download` prints one JSON line on success (file hash, size, SHA-256,
+// seconds, bytes received), to stderr when stdout carries the file; progress stays off a
+// non-terminal stderr; a wrong --size is reported as a size mismatch, not as corruption, and
+// leaves no output file behind (issue 14).
+func TestDownloadSummary(t *testing.T) {
+	endpoint := startOrigin(t)
+	data := make([]byte, 3<<20+17)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.IntN(256))
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runXet(t, "upload", "--endpoint", endpoint, src)
+	var up uploadOutput
+	if code != 0 || json.Unmarshal([]byte(out), &up) != nil {
+		t.Fatalf("upload: %d %q %q", code, out, errOut)
+	}
+	sum := sha256.Sum256(data)
+	check := func(name, line, path string) {
+		t.Helper()
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil || strings.Count(line, "\n") != 1 {
+			t.Fatalf("%s: not one JSON line: %q (%v)", name, line, err)
+		}
+		if got["path"] != path || got["file_hash"] != up.FileHash.String() || got["size"] != float64(len(data)) ||
+			got["sha256"] != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s: %s", name, line)
+		}
+		if s, ok := got["seconds"].(float64); !ok || s < 0 || s > 60 {
+			t.Errorf("%s: seconds %v", name, got["seconds"])
+		}
+		// Random bytes do not compress: the transfer bodies are about the file's size.
+		if b, ok := got["bytes_received"].(float64); !ok || b < float64(len(data)) || b > float64(len(data))*1.01 {
+			t.Errorf("%s: bytes_received %v for %d bytes", name, got["bytes_received"], len(data))
+		}
+	}
+	dst := filepath.Join(dir, "dst")
+	code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "-o", dst)
+	if code != 0 || errOut != "" {
+		t.Fatalf("download: %d, stderr %q", code, errOut)
+	}
+	check("-o FILE", out, dst)
+	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("downloaded file differs (%v)", err)
+	}
+
+	code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "-o", "-")
+	if code != 0 || out != string(data) {
+		t.Fatalf("download -o -: %d, %d bytes on stdout, stderr %q", code, len(out), errOut)
+	}
+	check("-o -", errOut, "-")
+
+	for _, size := range []int{len(data) + 1, len(data) - 1} {
+		bad := filepath.Join(dir, "bad"+strconv.Itoa(size))
+		code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(),
+			"--size", strconv.Itoa(size), "-o", bad)
+		if code != 1 || out != "" || !strings.Contains(errOut, "size mismatch") || strings.Contains(errOut, "corrupt") {
+			t.Errorf("--size %d of %d: status %d, stdout %q, stderr %q", size, len(data), code, out, errOut)
+		}
+		if m, _ := filepath.Glob(bad + "*"); len(m) != 0 {
+			t.Errorf("--size %d: left %v", size, m)
+		}
+	}
+}
