@@ -376,19 +376,13 @@ func (db *DB) RecordPossession(ctx context.Context, scope string, x hash.Hash) e
 	return nil
 }
 
-// Possessed implements index.Index.
-func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	keys := index.SortedUnique(hs)
-	if len(keys) == 0 {
-		return map[hash.Hash]bool{}, nil
-	}
+// hashSet runs query (retried once on a lost connection, so it must be idempotent) and returns
+// the set of 32-byte hashes in its one column.
+func (db *DB) hashSet(ctx context.Context, query string, args ...any) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := db.retry(ctx, func() error {
 		out = make(map[hash.Hash]bool)
-		rows, err := db.pool.Query(ctx, qPossessed, scope, hashArgs(keys))
+		rows, err := db.pool.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -406,6 +400,19 @@ func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[
 		}
 		return rows.Err()
 	})
+	return out, err
+}
+
+// Possessed implements index.Index.
+func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	keys := index.SortedUnique(hs)
+	if len(keys) == 0 {
+		return map[hash.Hash]bool{}, nil
+	}
+	out, err := db.hashSet(ctx, qPossessed, scope, hashArgs(keys))
 	if err != nil {
 		return nil, fmt.Errorf("possessed by %q: %w", scope, translate(err))
 	}
@@ -547,27 +554,7 @@ func (db *DB) register(ops []*regOp) {
 	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
-	var newShards map[hash.Hash]bool
-	err := db.retry(ctx, func() error {
-		newShards = make(map[hash.Hash]bool, len(live))
-		rows, err := db.pool.Query(ctx, qRegister, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k []byte
-			if err := rows.Scan(&k); err != nil {
-				return err
-			}
-			h, err := index.HashFromBytes(k)
-			if err != nil {
-				return err
-			}
-			newShards[h] = true
-		}
-		return rows.Err()
-	})
+	newShards, err := db.hashSet(ctx, qRegister, args...)
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
