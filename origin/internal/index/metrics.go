@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xetcdn/xetcdn/origin/internal/promreg"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -52,13 +53,9 @@ func NewMetrics(ix Index, reg prometheus.Registerer) (*Metrics, error) {
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 19),
 	}, []string{"method", "result"})
 	if reg != nil {
-		if err := reg.Register(calls); err != nil {
-			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-			prev, same := are.ExistingCollector.(*prometheus.HistogramVec)
-			if !ok || !same {
-				return nil, err
-			}
-			calls = prev
+		var err error
+		if calls, err = promreg.Register(reg, calls); err != nil {
+			return nil, err
 		}
 	}
 	return &Metrics{next: ix, calls: calls}, nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/origin/internal/promreg"
 )
 
 // Metrics is an ObjectStore decorator that observes every call in the histogram
@@ -64,28 +66,14 @@ func NewMetrics(s ObjectStore, reg prometheus.Registerer) (*Metrics, error) {
 	}, []string{"method"})
 	if reg != nil {
 		var err error
-		if calls, err = register(reg, calls); err != nil {
+		if calls, err = promreg.Register(reg, calls); err != nil {
 			return nil, err
 		}
-		if bytes, err = register(reg, bytes); err != nil {
+		if bytes, err = promreg.Register(reg, bytes); err != nil {
 			return nil, err
 		}
 	}
 	return &Metrics{next: s, calls: calls, bytes: bytes}, nil
-}
-
-// register registers c on reg, or returns the equal collector registered before.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-		if prev, ok := are.ExistingCollector.(C); ok {
-			return prev, nil
-		}
-	}
-	return c, err
 }
 
 // Unwrap returns the wrapped store.
