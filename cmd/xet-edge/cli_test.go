@@ -1,36 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os/exec"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
-// runBin runs bin with args (bounded to 30 s) and returns its exit status, stdout and stderr.
-func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{} // no XETCDN_EDGE_ORIGIN_TOKEN from the caller
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("%v: %v", args, err)
-	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
+// noEnv runs the binary with no XETCDN_EDGE_ORIGIN_TOKEN (or anything else) from the caller.
+var noEnv = []string{}
 
 // TestCommandLine checks what a newcomer sees first (issue 14): --help on stdout with status 0,
 // version, and configuration errors as plain lines on stderr with status 2.
@@ -40,7 +21,7 @@ func TestCommandLine(t *testing.T) {
 	}
 	bin := testenv.Build(t, ".")
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		code, out, errOut := runBin(t, bin, args...)
+		code, out, errOut := testenv.RunStatus(t, bin, noEnv, args...)
 		if code != 0 || errOut != "" {
 			t.Errorf("%q: status %d, stderr %q; want 0 and nothing", args, code, errOut)
 		}
@@ -52,7 +33,7 @@ func TestCommandLine(t *testing.T) {
 	}
 	versionRE := regexp.MustCompile(`^xet-edge \S+ \(commit \S+, ` + regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
 	for _, v := range []string{"version", "--version"} {
-		if code, out, _ := runBin(t, bin, v); code != 0 || !versionRE.MatchString(out) {
+		if code, out, _ := testenv.RunStatus(t, bin, noEnv, v); code != 0 || !versionRE.MatchString(out) {
 			t.Errorf("%s: status %d, %q; want 0 and %s", v, code, out, versionRE)
 		}
 	}
@@ -65,7 +46,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--data-dir", t.TempDir(), "--origin-token", "x", "--origin", "ftp://o", "--permits", "-1"},
 			[]string{`origin "ftp://o" is not an http(s) URL`, "permits must not be negative"}},
 	} {
-		code, out, errOut := runBin(t, bin, c.args...)
+		code, out, errOut := testenv.RunStatus(t, bin, noEnv, c.args...)
 		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
 		if code != 2 || out != "" || len(lines) < 2 || lines[0] != "xet-edge: configuration error:" ||
 			lines[len(lines)-1] != "run 'xet-edge --help' for usage" {

@@ -1,35 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os/exec"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
-
-// runBin runs bin with args (bounded to 30 s) and returns its exit status, stdout and stderr.
-func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("%v: %v", args, err)
-	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
 
 // TestCommandLine checks what a newcomer sees first (issue 14): --help on stdout with status 0
 // listing every subcommand, version, and configuration errors as plain lines on stderr, only
@@ -37,7 +16,7 @@ func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
 func TestCommandLine(t *testing.T) {
 	bin := buildBinary(t)
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"--listen", "x", "--help"}} {
-		code, out, errOut := runBin(t, bin, args...)
+		code, out, errOut := testenv.RunStatus(t, bin, nil, args...)
 		if code != 0 || errOut != "" {
 			t.Errorf("%q: status %d, stderr %q; want 0 and nothing", args, code, errOut)
 		}
@@ -47,13 +26,13 @@ func TestCommandLine(t *testing.T) {
 			}
 		}
 	}
-	code, out, errOut := runBin(t, bin, "token", "-h")
+	code, out, errOut := testenv.RunStatus(t, bin, nil, "token", "-h")
 	if code != 0 || !strings.Contains(out, "-scope") || errOut != "" {
 		t.Errorf("token -h: status %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	versionRE := regexp.MustCompile(`^xet-origin \S+ \(commit \S+, ` + regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
 	for _, v := range []string{"version", "--version"} {
-		if code, out, _ := runBin(t, bin, v); code != 0 || !versionRE.MatchString(out) {
+		if code, out, _ := testenv.RunStatus(t, bin, nil, v); code != 0 || !versionRE.MatchString(out) {
 			t.Errorf("%s: status %d, %q; want 0 and %s", v, code, out, versionRE)
 		}
 	}
@@ -68,7 +47,7 @@ func TestCommandLine(t *testing.T) {
 			`listen "nocolon": address nocolon: missing port in address`}},
 		{[]string{"--bogus"}, []string{"flag provided but not defined: -bogus"}},
 	} {
-		code, out, errOut := runBin(t, bin, c.args...)
+		code, out, errOut := testenv.RunStatus(t, bin, nil, c.args...)
 		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
 		if code != 2 || out != "" || len(lines) < 2 || lines[0] != "xet-origin: configuration error:" ||
 			lines[len(lines)-1] != "run 'xet-origin --help' for usage" {

@@ -21,14 +21,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xetcdn/xetcdn/origin"
 	"github.com/xetcdn/xetcdn/shared/buildinfo"
+	"github.com/xetcdn/xetcdn/shared/cmdline"
 )
 
 func main() {
@@ -52,45 +49,23 @@ func main() {
 			return
 		}
 	}
-	if helpRequested(args) {
+	if cmdline.HelpRequested(args) {
 		usage(os.Stdout)
 		return
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := buildinfo.Register(reg); err != nil {
-		panic(err) // a fresh registry: cannot clash
-	}
+	reg := cmdline.NewRegistry()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := origin.Run(ctx, args, os.Getenv, log, reg); err != nil {
 		stop()
 		if errors.Is(err, origin.ErrConfig) {
-			fmt.Fprintln(os.Stderr, "xet-origin: configuration error:")
-			for _, line := range strings.Split(err.Error(), "\n") { // errors.Join: one problem per line
-				fmt.Fprintln(os.Stderr, "  "+strings.TrimPrefix(line, origin.ErrConfig.Error()+": "))
-			}
-			fmt.Fprintln(os.Stderr, "run 'xet-origin --help' for usage")
+			cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
 			os.Exit(2)
 		}
 		log.Error("xet-origin stopped", "err", err)
 		os.Exit(1)
 	}
-}
-
-// helpRequested reports whether the flags ask for help (-h, -help, --help), as the flag package
-// would see them: up to the first non-flag argument or "--".
-func helpRequested(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "-h", "-help", "--help", "-h=true", "-help=true", "--help=true":
-			return true
-		case "--":
-			return false
-		}
-	}
-	return false
 }
 
 func usage(w io.Writer) {
