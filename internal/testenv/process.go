@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -110,6 +111,25 @@ func Run(t testing.TB, bin string, args ...string) string {
 		t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), args, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// RunStatus runs bin to completion (bounded to 30 s) with env as its whole environment (nil: the
+// test process's) and returns its exit status, standard output and standard error. Only a
+// failure to run it fails the test; a non-zero exit is the caller's to check.
+func RunStatus(t testing.TB, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if _, exited := errors.AsType[*exec.ExitError](err); !exited {
+			t.Fatalf("%s %q: %v", filepath.Base(bin), args, err)
+		}
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
 // Options says how Start runs a process and when it counts as started. The zero value starts
