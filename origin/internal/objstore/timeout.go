@@ -99,20 +99,21 @@ func (t *Timeouts) call(ctx context.Context, fn func(ctx context.Context) error)
 	return w.err(err)
 }
 
-func (t *Timeouts) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+// write runs one store of r's bytes under a watchdog that each read of r moves forward.
+func (t *Timeouts) write(ctx context.Context, r io.Reader, store func(ctx context.Context, r io.Reader) error) error {
 	w := newWatchdog(ctx, t.d)
 	defer w.cancel()
-	err := t.next.Put(w.ctx, key, progressReader{r, w}, size)
+	err := store(w.ctx, progressReader{r, w})
 	w.disarm()
 	return w.err(err)
 }
 
+func (t *Timeouts) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return t.write(ctx, r, func(ctx context.Context, r io.Reader) error { return t.next.Put(ctx, key, r, size) })
+}
+
 func (t *Timeouts) Create(ctx context.Context, key string, r io.Reader, size int64) error {
-	w := newWatchdog(ctx, t.d)
-	defer w.cancel()
-	err := t.next.Create(w.ctx, key, progressReader{r, w}, size)
-	w.disarm()
-	return w.err(err)
+	return t.write(ctx, r, func(ctx context.Context, r io.Reader) error { return t.next.Create(ctx, key, r, size) })
 }
 
 func (t *Timeouts) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
