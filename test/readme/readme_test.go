@@ -347,4 +347,3 @@ func get(t *testing.T, c *http.Client, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
-
