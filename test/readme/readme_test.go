@@ -311,6 +311,26 @@ func checkExports(t *testing.T, exports string) []string {
 			t.Errorf("%s/healthz: status %d", vars[v], code)
 		}
 	}
+	// The README's plain-HTTP downloads reach the edge because the read-token route names it.
+	route := vars["XETCDN_ORIGIN"] + "/api/" + vars["XETCDN_REPO"] + "/xet-read-token/main"
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, route, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+vars["XETCDN_TOKEN"])
+	var answer struct {
+		CasURL string `json:"casUrl"`
+	}
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Errorf("GET %s: %v", route, err)
+	} else {
+		err := json.NewDecoder(resp.Body).Decode(&answer)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || answer.CasURL != vars["XETCDN_EDGE"] {
+			t.Errorf("GET %s with XETCDN_TOKEN: status %d, casUrl %q (%v); want 200 and XETCDN_EDGE %s",
+				route, resp.StatusCode, answer.CasURL, err, vars["XETCDN_EDGE"])
+		}
+	}
 	pem, err := os.ReadFile(vars["XETCDN_CA"])
 	if err != nil {
 		t.Fatalf("XETCDN_CA: %v", err)
