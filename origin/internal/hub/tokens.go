@@ -152,6 +152,11 @@ func (h *Service) TokenAccess(r *http.Request, plural, ns, name string, write bo
 	scope := plural + "/" + id
 	if repo.ID == "" || repo.Private {
 		if !p.Can(scope, false) {
+			if !hfToken {
+				// Anonymous or a CAS token of another scope: answered by the CAS rules, exactly
+				// as for a repository that does not exist (nothing is revealed).
+				return false, nil
+			}
 			return true, ErrRepoNotFound
 		}
 	}
