@@ -57,6 +57,9 @@ func ParseGrant(s string) (Grant, error) {
 	default:
 		return Grant{}, fmt.Errorf("%w: grant %q: access must be read or write", ErrInvalid, s)
 	}
+	if strings.Contains(g.Pattern, ":") || strings.Count(g.Pattern, "/") != 2 {
+		return Grant{}, fmt.Errorf("%w: grant %q: the pattern must be TYPE/NAMESPACE/NAME, e.g. models/acme/*", ErrInvalid, s)
+	}
 	if _, err := path.Match(g.Pattern, "models/x/y"); err != nil {
 		return Grant{}, fmt.Errorf("%w: grant %q: bad pattern: %v", ErrInvalid, s, err)
 	}
