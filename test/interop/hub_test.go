@@ -73,6 +73,9 @@ type hubEnv struct {
 	aliceW, aliceR, bobW string // hf_ tokens
 	home                 string
 	baseEnv              []string
+	originArgs           []string
+	originEnv            []string
+	proc                 *testenv.Process
 }
 
 func startHub(t *testing.T, bins binaries, be backend, python, hfBin string) *hubEnv {
@@ -113,7 +116,8 @@ func startHub(t *testing.T, bins binaries, be backend, python, hfBin string) *hu
 			t.Fatalf("tokens create printed %q, want one hf_ token", tok)
 		}
 	}
-	testenv.Start(t, o.bin, args, serverOptions(be.env, o.url+"/healthz"))
+	h.originArgs, h.originEnv = args, be.env
+	h.proc = testenv.Start(t, o.bin, args, serverOptions(be.env, o.url+"/healthz"))
 
 	edgeDir := t.TempDir()
 	h.edgeURL = "https://" + edgeTLS
@@ -203,6 +207,16 @@ func hubScenarios(t *testing.T, h *hubEnv, src string, big int64) {
 		t.Fatalf("repo_info sha %q", rev1)
 	}
 	t.Logf("first upload: %d xorb bytes sent for a %d-byte model file and a %d-byte tokenizer", sent1, big, hubTokenizer)
+
+	// An acknowledged commit is durable: SIGKILL the origin and start it again on the same
+	// state; main still points at the commit (downloaded below, through the edge).
+	if err := h.proc.Kill(); err == nil {
+		t.Fatal("the origin exited cleanly on SIGKILL")
+	}
+	h.proc = testenv.Start(t, o.bin, h.originArgs, serverOptions(h.originEnv, o.url+"/healthz"))
+	if got := h.mustPy(t, h.aliceR, pyRepoSHA, "alice/tiny"); got != rev1 {
+		t.Fatalf("after kill -9, main is %q, want the acknowledged %s", got, rev1)
+	}
 
 	// 2. snapshot_download through the edge, into an empty cache, anonymously (public repo).
 	reconBefore := reconRequests(t, o)
