@@ -20,16 +20,17 @@ import (
 // Content-Length; its bytes come from the CAS (through the edge), so a GET of a Xet file is
 // refused with 501 and a hint. A regular file's GET streams its blob.
 func (h *Service) ServeResolve(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		return false
-	}
 	escaped := strings.TrimPrefix(r.URL.EscapedPath(), "/")
 	typ := Model
 	if rest, ok := strings.CutPrefix(escaped, "datasets/"); ok {
 		typ, escaped = Dataset, rest
 	}
+	if strings.HasSuffix(escaped, ".git/info/lfs/objects/batch") && r.Method == http.MethodPost {
+		h.writeError(w, r, fmt.Errorf("%w: this server takes uploads through Xet only (huggingface_hub does so with hf_xet installed: pip install hf_xet)", errNotImplemented))
+		return true
+	}
 	parts := strings.SplitN(escaped, "/", 5)
-	if len(parts) < 5 || parts[2] != "resolve" {
+	if len(parts) < 5 || parts[2] != "resolve" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		return false
 	}
 	if err := h.serveResolve(w, r, typ, parts); err != nil {

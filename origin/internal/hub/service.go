@@ -96,13 +96,14 @@ func New(o Options) *Service {
 // each file's sha256 to its Xet hash in scope, so a commit can name the file by sha256 as
 // huggingface_hub does. Files without a sha256 in the shard are skipped.
 func (h *Service) Registered(ctx context.Context, scope string, files []*recon.FileRecord) error {
+	var m []LFSFile
 	for _, f := range files {
-		if f.SHA256 == nil {
-			continue
+		if f.SHA256 != nil {
+			m = append(m, LFSFile{SHA256: f.SHA256.String(), File: f.Hash.String(), Size: int64(f.Size)})
 		}
-		if err := h.store.PutLFS(ctx, scope, f.SHA256.String(), f.Hash.String(), int64(f.Size)); err != nil {
-			return fmt.Errorf("hub: record sha256 of %s: %w", f.Hash, err)
-		}
+	}
+	if err := h.store.PutLFS(ctx, scope, m); err != nil {
+		return fmt.Errorf("hub: record the sha256 of %d files: %w", len(m), err)
 	}
 	return nil
 }

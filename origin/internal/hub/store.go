@@ -309,11 +309,31 @@ func (s *Store) PutCommit(ctx context.Context, scope, branch string, c *Commit) 
 	})
 }
 
-// PutLFS records that a shard registered under scope a Xet file with this sha256.
-func (s *Store) PutLFS(ctx context.Context, scope, sha, file string, size int64) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO hub_lfs(scope, sha256, file, size) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`),
-		scope, sha, file, size)
-	return s.translate(err)
+// LFSFile is one sha256 → Xet file mapping (PutLFS).
+type LFSFile struct {
+	SHA256, File string
+	Size         int64
+}
+
+// PutLFS records, in one transaction, that a shard registered these Xet files under scope; a
+// sha256 already mapped keeps its first file.
+func (s *Store) PutLFS(ctx context.Context, scope string, files []LFSFile) error {
+	if len(files) == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, s.q(`INSERT INTO hub_lfs(scope, sha256, file, size) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`))
+		if err != nil {
+			return s.translate(err)
+		}
+		defer stmt.Close()
+		for _, f := range files {
+			if _, err := stmt.ExecContext(ctx, scope, f.SHA256, f.File, f.Size); err != nil {
+				return s.translate(err)
+			}
+		}
+		return nil
+	})
 }
 
 // LFS returns the Xet file and size registered under scope for a sha256; ErrEntryNotFound if

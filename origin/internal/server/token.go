@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -46,6 +48,12 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 		if known, err = s.hub.TokenAccess(r, typ, r.PathValue("namespace"), r.PathValue("name"), need == auth.Write); err != nil {
 			s.hub.WriteError(w, r, err)
 			return nil
+		}
+		// A CAS token the hub accepted: the minted one still never outlives it.
+		if bt := auth.BearerToken(r); known && bt != "" && !strings.HasPrefix(bt, hub.TokenPrefix) {
+			if c, err := s.tokens.VerifyRequest(r); err == nil && c.ExpiresAt.Sub(now) < ttl {
+				ttl = c.ExpiresAt.Sub(now)
+			}
 		}
 	}
 	if !known && (!s.cfg.DevNoAuth || auth.BearerToken(r) != "") {
