@@ -313,6 +313,15 @@ h.HfApi().create_commit("alice/tiny", [h.CommitOperationAdd("late.txt", b"late\n
 		t.Fatalf("main moved from %s to %s after a refused commit", head, got)
 	}
 
+	// hf auth (whoami-v2) and a dataset repository.
+	if out := h.mustRun(t, h.aliceW, h.hf, "auth", "whoami"); !strings.Contains(out, "alice") {
+		t.Fatalf("hf auth whoami: %s", out)
+	}
+	h.mustRun(t, h.aliceW, h.hf, "upload", "--repo-type", "dataset", "alice/corpus", filepath.Join(src, "tokenizer.json"), "data/train.json")
+	p := h.mustPy(t, "", `import sys, huggingface_hub as h
+print(h.hf_hub_download("alice/corpus", "data/train.json", repo_type="dataset", cache_dir=sys.argv[1]))`, t.TempDir())
+	sameFile(t, filepath.Join(src, "tokenizer.json"), p)
+
 	hubPrivate(t, h, src)
 	hubBadInput(t, h, head)
 }
