@@ -14,6 +14,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -33,12 +34,12 @@ func openHubStore(ctx context.Context, cfg *config.Config) (*hub.Store, error) {
 func newHub(cfg *config.Config, st *hub.Store, b *backend.Backends, log *slog.Logger) *hub.Service {
 	return hub.New(hub.Options{Store: st, Objects: b.Objects, PublicURL: cfg.PublicURL, InlineMax: cfg.Hub.InlineMax,
 		Log: log,
-		XetVisible: func(ctx context.Context, file hash.Hash, scope string) error {
-			_, err := b.Index.File(ctx, file, scope)
+		XetRecord: func(ctx context.Context, file hash.Hash, scope string) (*recon.FileRecord, error) {
+			rec, err := b.Index.File(ctx, file, scope)
 			if errors.Is(err, index.ErrNotFound) {
-				return fmt.Errorf("%w: %v", hub.ErrEntryNotFound, err)
+				return nil, fmt.Errorf("%w: %v", hub.ErrEntryNotFound, err)
 			}
-			return err
+			return rec, err
 		},
 		Unavailable: func(err error) bool {
 			return errors.Is(err, index.ErrUnavailable) || errors.Is(err, objstore.ErrUnavailable) ||

@@ -302,6 +302,14 @@ print(h.hf_hub_download("alice/tiny", sys.argv[1], revision="v1", cache_dir=sys.
 		sameFile(t, filepath.Join(src, name), p)
 	}
 
+	// A client without hf_xet (HF_HUB_DISABLE_XET) gets a Xet file's bytes from a plain GET.
+	noXet := h.baseEnv
+	h.baseEnv = append(append([]string(nil), noXet...), "HF_HUB_DISABLE_XET=1")
+	p := h.mustPy(t, "", `import sys, huggingface_hub as h
+print(h.hf_hub_download("alice/tiny", "model.safetensors", revision=sys.argv[1], cache_dir=sys.argv[2]))`, rev2, t.TempDir())
+	h.baseEnv = noXet
+	sameFile(t, filepath.Join(v2, "model.safetensors"), p)
+
 	// 6. A commit on a stale parent is refused with 412 and changes nothing.
 	head := h.mustPy(t, "", pyRepoSHA, "alice/tiny")
 	out, err = h.py(t, h.aliceW, `import sys, huggingface_hub as h
@@ -318,7 +326,7 @@ h.HfApi().create_commit("alice/tiny", [h.CommitOperationAdd("late.txt", b"late\n
 		t.Fatalf("hf auth whoami: %s", out)
 	}
 	h.mustRun(t, h.aliceW, h.hf, "upload", "--repo-type", "dataset", "alice/corpus", filepath.Join(src, "tokenizer.json"), "data/train.json")
-	p := h.mustPy(t, "", `import sys, huggingface_hub as h
+	p = h.mustPy(t, "", `import sys, huggingface_hub as h
 print(h.hf_hub_download("alice/corpus", "data/train.json", repo_type="dataset", cache_dir=sys.argv[1]))`, t.TempDir())
 	sameFile(t, filepath.Join(src, "tokenizer.json"), p)
 

@@ -175,6 +175,18 @@ func (o *memObjects) Get(_ context.Context, key string) (io.ReadCloser, int64, e
 	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 }
 
+func (o *memObjects) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, size, err := o.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 0 || off+n > size {
+		return nil, fmt.Errorf("range %d+%d of %d", off, n, size)
+	}
+	b, _ := io.ReadAll(rc)
+	return io.NopCloser(bytes.NewReader(b[off : off+n])), nil
+}
+
 func (o *memObjects) Stat(_ context.Context, key string) (int64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -1,13 +1,20 @@
 package hub
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // ServeResolve answers HEAD and GET /{ns}/{name}/resolve/{rev}/{path} (models) and
@@ -17,8 +24,9 @@ import (
 // A Xet file is answered with the headers huggingface_hub uses to hand it to hf_xet
 // (docs/hub.md): X-Xet-Hash, Link rel="xet-auth" (the read-token route at the resolved commit),
 // X-Repo-Commit, ETag (the sha256, as the Hub's X-Linked-Etag for LFS files), X-Linked-Size and
-// Content-Length; its bytes come from the CAS (through the edge), so a GET of a Xet file is
-// refused with 501 and a hint. A regular file's GET streams its blob.
+// Content-Length; hf_xet then fetches its bytes from the CAS (through the edge). A plain GET (a
+// client without hf_xet) gets the bytes from the origin, decoded from the xorbs. A regular
+// file's GET streams its blob.
 func (h *Service) ServeResolve(w http.ResponseWriter, r *http.Request) bool {
 	escaped := strings.TrimPrefix(r.URL.EscapedPath(), "/")
 	typ := Model
@@ -86,8 +94,7 @@ func (h *Service) serveResolve(w http.ResponseWriter, r *http.Request, typ strin
 			w.WriteHeader(http.StatusOK)
 			return nil
 		}
-		hd.Del("Content-Length")
-		return fmt.Errorf("%w: %q is a Xet file: download it with hf_xet (huggingface_hub does so by itself when hf_xet is installed)", errNotImplemented, path)
+		return h.streamXet(ctx, w, repo, e)
 	}
 	hd.Set("ETag", `"`+e.OID+`"`)
 	if r.Method == http.MethodHead {
@@ -118,4 +125,62 @@ func (h *Service) streamBlob(ctx context.Context, w http.ResponseWriter, e Entry
 		h.log.Warn("hub: blob stream cut", "path", e.Path, "err", err)
 	}
 	return nil
+}
+
+// streamXet writes a Xet file's bytes for a plain GET (a client without hf_xet): term by term,
+// each term's stored byte range of its xorb read from the object store and its chunks decoded.
+// The bytes were validated at upload; the total must come out at the recorded size, else the
+// answer is cut short (the client sees a short body against Content-Length).
+func (h *Service) streamXet(ctx context.Context, w http.ResponseWriter, repo Repo, e Entry) error {
+	fh, err := hash.Parse(e.Xet)
+	if err != nil || h.xetRecord == nil {
+		w.Header().Del("Content-Length")
+		return fmt.Errorf("%w: Xet file %s cannot be served here", errNotImplemented, e.Xet)
+	}
+	rec, err := h.xetRecord(ctx, fh, repo.Scope())
+	if err != nil {
+		w.Header().Del("Content-Length")
+		if errors.Is(err, ErrEntryNotFound) {
+			return fmt.Errorf("%w: Xet file of %q is no longer readable", ErrUnavailable, e.Path)
+		}
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	var sent uint64
+	for _, t := range rec.Terms {
+		n, err := h.writeTerm(ctx, w, t)
+		sent += n
+		if err != nil {
+			h.log.Warn("hub: Xet file stream cut", "path", e.Path, "file", e.Xet, "sent", sent, "err", err)
+			return nil
+		}
+	}
+	if sent != rec.Size {
+		h.log.Error("hub: Xet file stream has the wrong length", "file", e.Xet, "sent", sent, "size", rec.Size)
+	}
+	return nil
+}
+
+func (h *Service) writeTerm(ctx context.Context, w io.Writer, t recon.Term) (uint64, error) {
+	rc, err := h.objs.GetRange(ctx, objstore.XorbKey(t.Xorb), int64(t.ByteStart), int64(t.ByteEnd-t.ByteStart))
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	cr := xorb.NewChunkReader(bufio.NewReaderSize(rc, 256<<10))
+	var n uint64
+	for i := t.Start; i < t.End; i++ {
+		raw, _, err := cr.Next()
+		if err != nil {
+			return n, fmt.Errorf("xorb %s chunk %d: %w", t.Xorb, i, err)
+		}
+		if _, err := w.Write(raw); err != nil {
+			return n, err
+		}
+		n += uint64(len(raw))
+	}
+	if n != uint64(t.RawBytes) {
+		return n, fmt.Errorf("xorb %s chunks %d-%d: %d bytes, term says %d", t.Xorb, t.Start, t.End, n, t.RawBytes)
+	}
+	return n, nil
 }

@@ -22,10 +22,12 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Objects is the part of the object store the hub uses (regular files' content).
+// Objects is the part of the object store the hub uses: regular files' content, and xorb
+// ranges for a plain GET of a Xet file.
 type Objects interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 	Stat(ctx context.Context, key string) (int64, error)
 }
 
@@ -53,10 +55,10 @@ type Options struct {
 	// VerifyCAS verifies a bearer token that is not an hf_ token (the origin's CAS JWTs); nil =
 	// only hf_ tokens authenticate.
 	VerifyCAS func(*http.Request) (*auth.Claims, error)
-	// XetVisible reports whether the Xet file is registered and visible in scope (nil error)
-	// (index.File); an error wrapping ErrEntryNotFound means it is not, and a commit naming it
-	// is refused; any other error is passed on.
-	XetVisible func(ctx context.Context, file hash.Hash, scope string) error
+	// XetRecord returns the record of a Xet file registered and visible in scope (index.File);
+	// an error wrapping ErrEntryNotFound means it is not (a commit naming it is refused); any
+	// other error is passed on.
+	XetRecord func(ctx context.Context, file hash.Hash, scope string) (*recon.FileRecord, error)
 	// Unavailable recognises the dependencies' "unavailable" errors (index, object store),
 	// answered 503; nil = none.
 	Unavailable func(error) bool
@@ -71,7 +73,7 @@ type Service struct {
 	public      string
 	inlineMax   int64
 	verifyCAS   func(*http.Request) (*auth.Claims, error)
-	xetVisible  func(ctx context.Context, file hash.Hash, scope string) error
+	xetRecord   func(ctx context.Context, file hash.Hash, scope string) (*recon.FileRecord, error)
 	unavailable func(error) bool
 	log         *slog.Logger
 	now         func() time.Time
@@ -89,7 +91,7 @@ func New(o Options) *Service {
 		o.Now = time.Now
 	}
 	return &Service{store: o.Store, objs: o.Objects, public: strings.TrimRight(o.PublicURL, "/"), inlineMax: o.InlineMax,
-		verifyCAS: o.VerifyCAS, xetVisible: o.XetVisible, unavailable: o.Unavailable, log: o.Log, now: o.Now}
+		verifyCAS: o.VerifyCAS, xetRecord: o.XetRecord, unavailable: o.Unavailable, log: o.Log, now: o.Now}
 }
 
 // Registered is ingest's hook after a shard registration (ingest.Options.Registered): it maps
@@ -532,12 +534,12 @@ func (h *Service) lfsEntry(ctx context.Context, r Repo, o op, bySHA map[string]E
 	if o.size != nil && *o.size != size {
 		return Entry{}, fmt.Errorf("%w: %q: size %d, but the file with sha256 %s has %d bytes", ErrInvalid, o.path, *o.size, o.sha, size)
 	}
-	if h.xetVisible != nil {
+	if h.xetRecord != nil {
 		fh, err := hash.Parse(file)
 		if err != nil {
 			return Entry{}, fmt.Errorf("%w: stored xet hash %q: %v", ErrUnavailable, file, err)
 		}
-		if err := h.xetVisible(ctx, fh, r.Scope()); errors.Is(err, ErrEntryNotFound) {
+		if _, err := h.xetRecord(ctx, fh, r.Scope()); errors.Is(err, ErrEntryNotFound) {
 			return Entry{}, fmt.Errorf("%w: %q: Xet file %s is not readable in %s", ErrInvalid, o.path, file, r.Scope())
 		} else if err != nil {
 			return Entry{}, err
