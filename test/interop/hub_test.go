@@ -111,6 +111,20 @@ func startHub(t *testing.T, bins binaries, be backend, python, hfBin string) *hu
 		aliceR: admin("tokens", "create", "--user", "alice", "--grant", "models/alice/*:read"),
 		bobW:   admin("tokens", "create", "--user", "bob", "--grant", "models/bob/*:write"),
 	}
+	// Bad admin input: exit status 2, nothing printed on stdout, nothing created.
+	for _, a := range [][]string{
+		{"tokens", "create", "--user", "nobody", "--grant", "models/x/*:read"},
+		{"tokens", "create", "--user", "alice", "--grant", "models/x/*:admin"},
+		{"tokens", "create", "--user", "alice", "--grant", "models/*"},
+		{"tokens", "create", "--user", "alice"},
+		{"users", "add", "alice"},
+		{"users", "add", "../evil"},
+	} {
+		code, stdout, stderr := testenv.RunStatus(t, o.bin, be.env, slices.Concat(a[:2], cfgArgs, a[2:])...)
+		if code != 2 || stdout != "" || stderr == "" {
+			t.Errorf("xet-origin %v: exit %d, stdout %q, stderr %q; want 2, nothing, an error", a, code, stdout, stderr)
+		}
+	}
 	for _, tok := range []string{h.aliceW, h.aliceR, h.bobW} {
 		if !strings.HasPrefix(tok, "hf_") || strings.ContainsAny(tok, " \n") {
 			t.Fatalf("tokens create printed %q, want one hf_ token", tok)
