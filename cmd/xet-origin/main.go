@@ -4,6 +4,8 @@
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
 //	xet-origin check-config [flags]
+//	xet-origin users add --data-dir DIR|--config FILE NAME
+//	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -45,6 +47,19 @@ func main() {
 			return
 		case "check-config":
 			checkConfig(args[1:])
+			return
+		case "users", "tokens":
+			run := origin.AddUser
+			if args[0] == "tokens" {
+				run = origin.CreateToken
+			}
+			if err := run(context.Background(), args[1:], os.Stdout, os.Stderr); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return
+				}
+				fmt.Fprintf(os.Stderr, "xet-origin %s: %v\n", args[0], err)
+				os.Exit(2)
+			}
 			return
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-origin"))
@@ -93,6 +108,10 @@ func usage(w io.Writer) {
   xet-origin [flags]              run the origin (see docs/origin.md)
   xet-origin token [token flags]  mint a token signed with the origin's key ('xet-origin token -h')
   xet-origin check-config [flags] load and validate the configuration these flags name, start nothing
+  xet-origin users add --data-dir DIR|--config FILE NAME
+                                  add a user of the Hub API (docs/hub.md)
+  xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
+                                  print a new hf_ access token for a user
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 
