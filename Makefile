@@ -5,6 +5,7 @@
 #   make fuzz FUZZTIME=30s     every Fuzz target, FUZZTIME each
 #   make bench BENCH=. BENCHTIME=200ms COUNT=1 PKG=./...
 #   make budgets               re-measure the allocation budgets (perf/allocbudget/budgets.txt)
+#   make perf SCENARIO=zipf SCALE=0   a short end-to-end performance run (perf/run.sh)
 #
 # Variables worth overriding: RACE (set RACE= to test without the race detector),
 # TEST_TIMEOUT, TEST_FLAGS (extra `go test` flags, e.g. -short), PKG.
@@ -29,6 +30,9 @@ RACE ?= -race
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 FUZZTIME ?= 10s
+# make perf: the trace scenario and the size of the synthetic index loaded first (0: none).
+SCENARIO ?= zipf
+SCALE ?= 0
 BENCH ?= .
 BENCHTIME ?= 200ms
 COUNT ?= 1
@@ -37,7 +41,7 @@ COUNT ?= 1
 EDGE_FORBIDDEN := github.com/jackc/pgx|github.com/lib/pq|github.com/minio/minio-go|modernc.org/sqlite|github.com/mattn/go-sqlite3
 
 .PHONY: help build run test go-test lint fmt-check vet staticcheck check-edge-deps fuzz bench \
-	services services-stop services-status clean alloc-budgets budgets
+	services services-stop services-status clean alloc-budgets budgets perf
 
 help:
 	@echo "make run          run xetcdn on embedded defaults: origin :8080 + edge :8443"
@@ -48,6 +52,7 @@ help:
 	@echo "make fuzz         every Fuzz target for FUZZTIME=$(FUZZTIME)"
 	@echo "make alloc-budgets  check the hot paths' allocations against perf/allocbudget/budgets.txt"
 	@echo "make budgets      re-measure those budgets and rewrite the file (commit it with the change)"
+	@echo "make perf         replay SCENARIO=$(SCENARIO) twice and the 100k-term gate on Postgres+MinIO; results in perf/results/"
 	@echo "make bench        benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME) COUNT=$(COUNT) PKG=$(PKG))"
 	@echo "make services / services-stop / services-status   the integration test services"
 
@@ -133,6 +138,10 @@ budgets:
 	XETCDN_ALLOC_BUDGETS=$$tmp $(GO) test -count=1 -p 1 -run '^TestAllocBudget' $$pkgs -args -allocbudget.update; \
 	cp "$$tmp" perf/allocbudget/budgets.txt; git --no-pager diff --stat -- perf/allocbudget/budgets.txt; \
 	echo "budgets: perf/allocbudget/budgets.txt rewritten; review the diff and commit it"
+
+# A short end-to-end performance run (about 10 minutes on 2 cores): perf/run.sh, perf/README.md.
+perf:
+	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) perf/run.sh
 
 fuzz:
 	@scripts/fuzz.sh "$(FUZZTIME)" $(PKG)

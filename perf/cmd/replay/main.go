@@ -52,6 +52,7 @@ type config struct {
 	warm          bool
 	progress      time.Duration
 	attempts      int
+	metricsEvery  time.Duration
 }
 
 type listFlag []string
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "", "write the full results as JSON to this file")
 	noPreload := fs.Bool("no-preload", false, "do not upload the files the trace downloads before uploading them (they must exist)")
 	fs.BoolVar(&c.warm, "warm", false, "before the clock starts, download every file once through every edge (a warm edge)")
+	fs.DurationVar(&c.metricsEvery, "metrics-every", 5*time.Second, "scrape the servers' metrics this often during the run, for the hit-ratio timeline (0: only before and after)")
 	fs.IntVar(&c.attempts, "attempts", 6, "attempts per request for transient failures, as hf_xet (6: five retries; 1: none)")
 	fs.DurationVar(&c.progress, "progress", 10*time.Second, "print progress this often (0: never)")
 	fs.Usage = func() {
@@ -129,6 +131,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-attempts: %d, want 1..20", c.attempts)
 	case c.timeout <= 0:
 		return nil, fmt.Errorf("-timeout: %v, want > 0", c.timeout)
+	case c.metricsEvery < 0:
+		return nil, fmt.Errorf("-metrics-every: %v, want >= 0", c.metricsEvery)
 	case c.progress < 0:
 		return nil, fmt.Errorf("-progress: %v, want >= 0", c.progress)
 	}

@@ -397,6 +397,7 @@ func (r *replayer) replay(ctx context.Context) (*results, error) {
 	start := time.Now().Add(200 * time.Millisecond)
 	r.stats.start = start
 	stopProgress := r.showProgress(start, span)
+	stopWatch := r.watchMetrics(ctx, start, m0)
 	interrupted := false
 	for i, rec := range r.recs {
 		at := start.Add(time.Duration(rec.T / r.c.speed * float64(time.Second)))
@@ -430,9 +431,11 @@ func (r *replayer) replay(ctx context.Context) (*results, error) {
 	}
 	wg.Wait()
 	stopProgress()
+	watched := stopWatch()
 	r.stats.end = time.Now()
 	res := r.stats.results(r.c)
 	res.Interrupted = interrupted
+	res.MetricsTimeline = watched
 	// The metrics are read even after an interrupt: what was done is still worth reporting.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -444,6 +447,46 @@ func (r *replayer) replay(ctx context.Context) (*results, error) {
 	}
 	res.cpu(cpu0, r.cpu())
 	return res, nil
+}
+
+// metricsPoint is the servers' cumulative ratios since the run started, at T seconds.
+type metricsPoint struct {
+	T             float64  `json:"t"`
+	EdgeHitRatio  *float64 `json:"edge_hit_ratio,omitempty"`
+	OriginOffload *float64 `json:"origin_offload,omitempty"`
+}
+
+// watchMetrics scrapes the servers every -metrics-every during the run; the returned function
+// stops it and returns the points.
+func (r *replayer) watchMetrics(ctx context.Context, start time.Time, m0 samples) func() []metricsPoint {
+	if r.c.metricsEvery <= 0 || (r.c.originMetrics == "" && len(r.c.edgeMetrics) == 0) {
+		return func() []metricsPoint { return nil }
+	}
+	done := make(chan struct{})
+	var out []metricsPoint
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.c.metricsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m, err := r.scrape(ctx)
+				if err != nil {
+					continue
+				}
+				d := derive(m0, m, &results{})
+				out = append(out, metricsPoint{T: time.Since(start).Seconds(), EdgeHitRatio: d.EdgeHitRatio, OriginOffload: d.OriginOffload})
+			}
+		}
+	}()
+	return func() []metricsPoint { close(done); wg.Wait(); return out }
 }
 
 // showProgress prints a line every -progress until the returned function is called.

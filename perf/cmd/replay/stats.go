@@ -143,7 +143,9 @@ type results struct {
 	Ops         map[trace.Op]*OpResult `json:"ops"`
 	Timeline    []*second              `json:"timeline"`
 	Server      *serverMetrics         `json:"server,omitempty"`
-	CPU         map[string]cpuCost     `json:"cpu,omitempty"`
+	// MetricsTimeline: the servers' cumulative hit ratio and offload during the run.
+	MetricsTimeline []metricsPoint     `json:"metrics_timeline,omitempty"`
+	CPU             map[string]cpuCost `json:"cpu,omitempty"`
 }
 
 type cpuCost struct {
