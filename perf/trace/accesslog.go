@@ -83,6 +83,10 @@ func ConvertLog(r io.Reader, w *Writer) (LogStats, error) {
 		return 0
 	})
 	for _, l := range lines {
+		if l.t-lines[0].t > MaxOffset {
+			return st, &LineError{Line: l.n, Field: "timestamp", Msg: fmt.Sprintf("%.0f s after the earliest line (line %d); a trace spans at most %g s",
+				l.t-lines[0].t, lines[0].n, float64(MaxOffset))}
+		}
 		rec := Record{T: l.t - lines[0].t, Repo: l.repo, Client: l.client, Region: l.region}
 		switch {
 		case l.token:

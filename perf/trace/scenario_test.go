@@ -181,10 +181,40 @@ func TestConvertLog(t *testing.T) {
 		{"1 /a/b/resolve/main/../f 200 5", `line 1: field "path"`},
 		{"1 /a/b/resolve/main/f%zz 200 5", `line 1: field "path"`},
 		{"1 /a/b/resolve/main/f 200 5 c EU", `line 1: field "region"`},
+		{"2026-12-01T10:00:00Z /a/b/resolve/main/f 200 5\n1 /a/b/resolve/main/f 200 5", `line 1: field "timestamp": 1796119199 s after the earliest line (line 2)`},
 	} {
 		_, err := ConvertLog(strings.NewReader(tc.line), NewWriter(&bytes.Buffer{}))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ConvertLog(%q) = %v, want %q", tc.line, err, tc.want)
 		}
 	}
+}
+
+func FuzzConvertLog(f *testing.F) {
+	for _, s := range []string{
+		"2026-12-01T10:00:01Z /acme/llama/resolve/main/config.json 200 700 10.0.0.1 eu\n1 /api/models/a/b/xet-read-token/main 200 3\n",
+		"1 /models/acme/llama/resolve/abc/model%2D1.safetensors 206 1000 c\n2 /healthz 200 1\n",
+		"x\n", "1 / 200 0\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, log []byte) {
+		var b bytes.Buffer
+		st, err := ConvertLog(bytes.NewReader(log), NewWriter(&b))
+		if err != nil {
+			var le *LineError
+			if !errors.As(err, &le) || le.Line < 1 {
+				t.Fatalf("error %v is not a *LineError", err)
+			}
+			return
+		}
+		// What the converter writes, the reader accepts, line for line.
+		recs, err := ReadAll(&b)
+		if err != nil {
+			t.Fatalf("converted trace does not read back: %v", err)
+		}
+		if len(recs) != st.Records {
+			t.Fatalf("%d records read, %d written", len(recs), st.Records)
+		}
+	})
 }

@@ -79,6 +79,20 @@ type Record struct {
 	Client string `json:"client"`
 }
 
+// MarshalJSON writes the line's fields; size is written on every file line, also when 0 (an
+// empty file), and never on a token line.
+func (r Record) MarshalJSON() ([]byte, error) {
+	type plain Record // no methods: no recursion
+	out := struct {
+		plain
+		Size *int64 `json:"size,omitempty"`
+	}{plain: plain(r)}
+	if r.Op != Token {
+		out.Size = &r.Size
+	}
+	return json.Marshal(out)
+}
+
 // LineError is a bad trace line: its number (from 1), the field at fault ("" for the line as a
 // whole) and what is wrong.
 type LineError struct {
