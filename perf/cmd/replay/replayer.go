@@ -335,15 +335,30 @@ func (r *replayer) do(ctx context.Context, rec trace.Record) outcome {
 		return outcome{err: r.token(ctx, rec)}
 	case trace.Upload:
 		s := r.files[trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version}]
+		// A new version is uploaded once the previous one (when this replay has it) is in: a
+		// publisher derives it from that one, and its dedup depends on it.
+		var waited bool
+		if prev := r.files[trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version - 1}]; rec.Version > 0 && prev != nil {
+			select {
+			case <-prev.ready:
+			default:
+				waited = true
+				select {
+				case <-prev.ready:
+				case <-ctx.Done():
+					return outcome{waited: true, err: fmt.Errorf("waiting for the upload of %s: %w", prev.content, ctx.Err())}
+				}
+			}
+		}
 		h, sent, err := r.upload(ctx, rec.Client, s.content)
 		if !s.preload {
 			s.set(h, err)
 		}
 		_, changed := s.content.ChangedBlocks()
 		if err != nil {
-			return outcome{err: err}
+			return outcome{waited: waited, err: err}
 		}
-		return outcome{bytes: s.content.Size, transfer: sent, changed: changed}
+		return outcome{bytes: s.content.Size, transfer: sent, changed: changed, waited: waited}
 	}
 	s := r.files[trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version}]
 	var o outcome

@@ -232,7 +232,7 @@ func (res *results) print(w io.Writer) {
 			fmt.Fprintf(w, "    error %s: %d (e.g. %s)\n", c, n, o.ErrorSamples[c])
 		}
 		if o.WaitedForUpload > 0 {
-			fmt.Fprintf(w, "    %d waited for the file's upload to finish\n", o.WaitedForUpload)
+			fmt.Fprintf(w, "    %d waited for the upload of the file (downloads) or of its previous version (uploads)\n", o.WaitedForUpload)
 		}
 	}
 	if up := res.Ops[trace.Upload]; up != nil && up.TransferBytes > 0 {
