@@ -4,6 +4,8 @@
 #   make test                  test services, lint, check-edge-deps, then every package's tests
 #   make fuzz FUZZTIME=30s     every Fuzz target, FUZZTIME each
 #   make bench BENCH=. BENCHTIME=200ms COUNT=1 PKG=./...
+#   make budgets               re-measure the allocation budgets (perf/allocbudget/budgets.txt)
+#   make perf SCENARIO=zipf SCALE=0   a short end-to-end performance run (perf/run.sh)
 #
 # Variables worth overriding: RACE (set RACE= to test without the race detector),
 # TEST_TIMEOUT, TEST_FLAGS (extra `go test` flags, e.g. -short), PKG.
@@ -28,6 +30,9 @@ RACE ?= -race
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 FUZZTIME ?= 10s
+# make perf: the trace scenario and the size of the synthetic index loaded first (0: none).
+SCENARIO ?= zipf
+SCALE ?= 0
 BENCH ?= .
 BENCHTIME ?= 200ms
 COUNT ?= 1
@@ -36,7 +41,7 @@ COUNT ?= 1
 EDGE_FORBIDDEN := github.com/jackc/pgx|github.com/lib/pq|github.com/minio/minio-go|modernc.org/sqlite|github.com/mattn/go-sqlite3
 
 .PHONY: help build run test go-test lint fmt-check vet staticcheck check-edge-deps fuzz bench \
-	services services-stop services-status clean
+	services services-stop services-status clean alloc-budgets budgets perf
 
 help:
 	@echo "make run          run xetcdn on embedded defaults: origin :8080 + edge :8443"
@@ -45,6 +50,9 @@ help:
 	@echo "make lint         gofmt -l, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "make check-edge-deps  fail if cmd/xet-edge links pgx, minio-go or sqlite"
 	@echo "make fuzz         every Fuzz target for FUZZTIME=$(FUZZTIME)"
+	@echo "make alloc-budgets  check the hot paths' allocations against perf/allocbudget/budgets.txt"
+	@echo "make budgets      re-measure those budgets and rewrite the file (commit it with the change)"
+	@echo "make perf         replay SCENARIO=$(SCENARIO) twice and the 100k-term gate on Postgres+MinIO; results in perf/results/"
 	@echo "make bench        benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME) COUNT=$(COUNT) PKG=$(PKG))"
 	@echo "make services / services-stop / services-status   the integration test services"
 
@@ -74,6 +82,7 @@ test: services
 	@status=0; \
 	$(MAKE) --no-print-directory lint || { status=1; echo "test: LINT FAILED (see above); make test will fail"; }; \
 	$(MAKE) --no-print-directory check-edge-deps || { status=1; echo "test: CHECK-EDGE-DEPS FAILED (see above); make test will fail"; }; \
+	$(MAKE) --no-print-directory alloc-budgets || { status=1; echo "test: ALLOC-BUDGETS FAILED (see above); make test will fail"; }; \
 	$(MAKE) --no-print-directory go-test || status=1; \
 	exit $$status
 
@@ -110,6 +119,29 @@ check-edge-deps:
 	bad=$$(grep -E '^($(EDGE_FORBIDDEN))(/|$$)' <<<"$$deps" || true); \
 	if [ -n "$$bad" ]; then echo "check-edge-deps: cmd/xet-edge links forbidden packages:"; echo "$$bad"; exit 1; fi; \
 	echo "check-edge-deps: ok ($$(wc -l <<<"$$deps") packages, none of pgx/minio-go/sqlite)"
+
+# The allocation-budget guard (perf/README.md, "Allocation budgets"): the packages whose tests
+# import perf/allocbudget, their TestAllocBudget* tests, without -race (the race detector makes
+# allocation counts random; under -race those tests skip). Deterministic, so CI can fail on it.
+ALLOC_BUDGET_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | \
+	grep -E ' github.com/xetcdn/xetcdn/perf/allocbudget( |$$)' | cut -d' ' -f1)
+
+alloc-budgets:
+	@pkgs=$(ALLOC_BUDGET_PKGS); \
+	$(GO) test -count=1 -run '^TestAllocBudget' $$pkgs && echo "alloc-budgets: ok ($$(wc -w <<<"$$pkgs") packages)"
+
+# Re-measure every budget into a fresh file (so budgets nobody measures any more disappear) and
+# replace perf/allocbudget/budgets.txt only when every measurement ran. -p 1: one test binary at
+# a time writes the file.
+budgets:
+	@pkgs=$(ALLOC_BUDGET_PKGS); tmp=$$(mktemp); trap 'rm -f "$$tmp" "$$tmp.tmp"' EXIT; rm -f "$$tmp"; \
+	XETCDN_ALLOC_BUDGETS=$$tmp $(GO) test -count=1 -p 1 -run '^TestAllocBudget' $$pkgs -args -allocbudget.update; \
+	cp "$$tmp" perf/allocbudget/budgets.txt; git --no-pager diff --stat -- perf/allocbudget/budgets.txt; \
+	echo "budgets: perf/allocbudget/budgets.txt rewritten; review the diff and commit it"
+
+# A short end-to-end performance run (about 10 minutes on 2 cores): perf/run.sh, perf/README.md.
+perf:
+	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) perf/run.sh
 
 fuzz:
 	@scripts/fuzz.sh "$(FUZZTIME)" $(PKG)

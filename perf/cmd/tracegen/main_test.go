@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/perf/trace"
+)
+
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "z.jsonl")
+	logf := filepath.Join(dir, "access.log")
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(logf, []byte("1 /acme/m/resolve/main/config.json 200 700\n2 /healthz 200 1\n"), 0o644)
+	os.WriteFile(bad, []byte(`{"t":0,"op":"token","repo":"models/a/b","client":"c"}`+"\n"+`{"t":1,"op":"download","repo":"models/a/b","file":"f","client":"c"}`+"\n"), 0o644)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"-scenario", "zipf", "-duration", "5", "-scale", "0.001", "-regions", "eu,us", "-o", out}, 0, "lines over"},
+		{[]string{"-check", out}, 0, "download_ranges"},
+		{[]string{}, 2, "exactly one of"},
+		{[]string{"-scenario", "zipf", "-check", out}, 2, "exactly one of"},
+		{[]string{"-scenario", "nope"}, 2, `-scenario: "nope" is not one of zipf, whole-repo, finetune, burst`},
+		{[]string{"-scenario", "zipf", "-rate", "0"}, 2, "-rate: 0 per second"},
+		{[]string{"-scenario", "zipf", "-regions", "EU"}, 2, `-regions: "EU"`},
+		{[]string{"-scenario", "zipf", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"-scenario", "zipf", "-duration", "x"}, 2, "invalid value"},
+		{[]string{"-from-log", logf, "-rate", "3"}, 2, "-rate only applies to -scenario"},
+		{[]string{"-check", bad}, 1, `trace line 2: field "size": missing`},
+		{[]string{"-from-log", logf, "-o", filepath.Join(dir, "l.jsonl")}, 0, "skipped 1 lines: not a file or token path"},
+		{[]string{"-from-log", bad, "-o", filepath.Join(dir, "b.jsonl")}, 1, "line 1:"},
+	} {
+		var so, se bytes.Buffer
+		code := run(tc.args, &so, &se)
+		if code != tc.code || !strings.Contains(se.String(), tc.stderr) {
+			t.Errorf("tracegen %q = %d, stderr %q; want %d and %q", tc.args, code, se.String(), tc.code, tc.stderr)
+		}
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := trace.ReadAll(f)
+	if err != nil || len(recs) < 20 {
+		t.Fatalf("generated trace: %d records, %v", len(recs), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("a failed conversion left its output behind (%v)", err)
+	}
+}
