@@ -157,8 +157,8 @@ func (c *FileCache) record(h hash.Hash) (*recon.FileRecord, bool) {
 	return rec, true
 }
 
-// remember caches rec (unless present) and its visibility in scope as of epoch, which was read
-// before the wrapped index was asked.
+// remember caches rec (when fresh, i.e. not cached yet) and its visibility in scope as of
+// epoch, which was read before the wrapped index was asked.
 func (c *FileCache) remember(rec *recon.FileRecord, scope string, epoch uint64, fresh bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -168,16 +168,22 @@ func (c *FileCache) remember(rec *recon.FileRecord, scope string, epoch uint64, 
 	if fresh {
 		c.recs.Set(string(rec.Hash[:]), rec, recordCost(rec))
 	}
+	c.rememberVisibleLocked(rec.Hash, scope, epoch)
+}
+
+// rememberVisibleLocked caches that h is visible in scope as of epoch. The caller holds mu for
+// reading and checked that the cache is open.
+func (c *FileCache) rememberVisibleLocked(h hash.Hash, scope string, epoch uint64) {
 	if epoch != c.epoch.Load() {
 		return // a Hide came in meanwhile: the answer is already invalid, keep any newer one
 	}
-	c.vis.SetWithTTL(visKey(rec.Hash, scope), visibleUntil{epoch: epoch, until: c.now().Add(c.ttl)}, 1, c.ttl)
+	c.vis.SetWithTTL(visKey(h, scope), visibleUntil{epoch: epoch, until: c.now().Add(c.ttl)}, 1, c.ttl)
 }
 
 // File implements Index: from memory when the record is cached and the visibility answer is
 // recent, else from the wrapped index (one lookup shared by concurrent callers). When only the
-// visibility answer is missing, the wrapped index is asked for the stored bytes (FileBytes,
-// visibility checked in the same query) and the cached record is reused without decoding.
+// visibility answer is missing, the wrapped index is asked for visibility alone (Visible: no
+// record read) and the cached record is reused.
 func (c *FileCache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, err)
@@ -211,7 +217,7 @@ func (c *FileCache) lookup(ctx context.Context, h hash.Hash, scope string, epoch
 	rec, ok := c.record(h)
 	c.mu.RUnlock()
 	if ok {
-		if _, err := c.next.FileBytes(ctx, h, scope); err != nil {
+		if err := c.next.Visible(ctx, h, scope); err != nil {
 			return nil, err
 		}
 		c.remember(rec, scope, epoch, false)
@@ -223,6 +229,51 @@ func (c *FileCache) lookup(ctx context.Context, h hash.Hash, scope string, epoch
 	}
 	c.remember(rec, scope, epoch, true)
 	return rec, nil
+}
+
+// Visible implements Index: from memory when this cache saw h visible in scope within the TTL
+// in the current epoch (as File), else from the wrapped index's probe (one probe shared by
+// concurrent callers), whose positive answer is then remembered. No record is read or cached.
+func (c *FileCache) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("file %s in %q: %w", h, scope, err)
+	}
+	if ok, err := c.visible(h, scope); ok || err != nil {
+		return err
+	}
+	epoch := c.epoch.Load()
+	// Keyed apart from File's lookups ("\x01"), which also fetch the record.
+	key := visKey(h, scope) + "\x01" + strconv.FormatUint(epoch, 10)
+	ch := c.group.DoChan(key, func() (any, error) {
+		ctx := context.WithoutCancel(ctx) // shared: runs to completion, as File's lookups
+		if err := c.next.Visible(ctx, h, scope); err != nil {
+			return nil, err
+		}
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		if !c.closed {
+			c.rememberVisibleLocked(h, scope, epoch)
+		}
+		return nil, nil
+	})
+	select {
+	case r := <-ch:
+		return r.Err
+	case <-ctx.Done():
+		return fmt.Errorf("file %s in %q: %w", h, scope, ctx.Err())
+	}
+}
+
+// visible reports whether h was seen visible in scope within the TTL in the current epoch.
+// After Close it answers ErrUnavailable.
+func (c *FileCache) visible(h hash.Hash, scope string) (bool, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false, fmt.Errorf("%w: index closed", ErrUnavailable)
+	}
+	v, ok := c.vis.Get(visKey(h, scope))
+	return ok && v.epoch == c.epoch.Load() && c.now().Before(v.until), nil
 }
 
 // Hide implements Index. Once the wrapped index has committed (or failed, which may still have

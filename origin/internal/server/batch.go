@@ -177,7 +177,7 @@ func (s *Server) batchRecon(lim batchLimits) handlerFunc {
 // record beyond the limit is held.
 func (s *Server) batchPlans(ctx context.Context, ids []hash.Hash, maxTerms int) ([]*recon.Answer, error) {
 	scope := claims(ctx).Scope
-	layout := s.layoutFunc(ctx)
+	layout := s.fresh.LayoutFunc(ctx)
 	answers := make([]*recon.Answer, 0, len(ids))
 	terms := 0
 	for _, h := range ids {
