@@ -126,9 +126,9 @@ type Server struct {
 	maxWriters int
 	// read are the shared read handlers over the edge's source, answering through fresh
 	// behind the answer cache (answerLayer).
-	read       *readpath.Handlers
-	fresh      *readpath.Fresh
-	tokens     *auth.CachingVerifier
+	read   *readpath.Handlers
+	fresh  *readpath.Fresh
+	tokens *auth.CachingVerifier
 }
 
 // New builds a Server.

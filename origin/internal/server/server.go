@@ -108,7 +108,7 @@ type Server struct {
 	mux      *http.ServeMux
 	read     *readpath.Handlers // the reconstruction, HEAD file and transfer routes
 	fresh    *readpath.Fresh    // read's Answerer; batch plans use its layouts too
-	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
+	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
