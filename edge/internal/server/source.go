@@ -25,6 +25,10 @@ type source Server
 
 var _ readpath.Source = (*source)(nil)
 
+// Source returns the edge's readpath.Source: the layers under the shared read handlers (for
+// the conformance suite, readpathtest).
+func (s *Server) Source() readpath.Source { return (*source)(s) }
+
 // notVisible adds readpath.ErrNotFound to an originapi.ErrNotFound error, keeping it.
 func notVisible(err error) error {
 	if errors.Is(err, originapi.ErrNotFound) {
