@@ -158,7 +158,6 @@ func testRanges(t *testing.T, f *Fixture) {
 	}
 }
 
-
 // read opens b of x and sends it through buf.
 func read(t *testing.T, x readpath.Xorb, b httprange.ByteRange, buf []byte) []byte {
 	t.Helper()
