@@ -54,9 +54,9 @@ type Records interface {
 // "file" (record and visibility) or "visible" (visibility alone).
 type Counters struct {
 	Hit, Miss func(kind string)
-	Fill      func()           // a fill started (once per flight)
-	Collapsed func()           // a lookup shared another's fill
-	Reset     func()           // the visibility table was full and forgotten
+	Fill      func() // a fill started (once per flight)
+	Collapsed func() // a lookup shared another's fill
+	Reset     func() // the visibility table was full and forgotten
 }
 
 // Options configure a Cache. Backend, and Records or MaxBytes, are required.
