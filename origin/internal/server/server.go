@@ -8,7 +8,7 @@
 //	client ─┬─ /v1/xorbs, /v1|v2/shards ──────────► ingest.Service ─► objects, then index
 //	        ├─ /v1|v2/reconstructions, /v1/files ─► readpath.Handlers ─► Source.File (index.File)
 //	        │                                        ─► readpath.Fresh: recon.Plan ─► recon.Encoder
-//	        ├─ /v1/reconstructions (batch) ───────► index.File per file ─► recon.Plan ─► writeBatch
+//	        ├─ /v1/reconstructions (batch) ───────► readpath.Handlers.Batch ─► Source.File per file
 //	        ├─ /v1/chunks ────────────────────────► index.DedupXorbs ─► shard.DedupAnswer
 //	        └─ /v1/transfer/xorbs (signed URL) ───► readpath.Handlers.Transfer ─► Source.Visible
 //	                                                 (index.Visible) ─► objects.GetRange
@@ -107,7 +107,7 @@ type Server struct {
 	wrapper  *httpserver.Wrapper // wrap's error mapping, token checks and request metrics
 	mux      *http.ServeMux
 	read     *readpath.Handlers // the reconstruction, HEAD file and transfer routes
-	fresh    *readpath.Fresh    // read's Answerer; batch plans use its layouts too
+	fresh    *readpath.Fresh    // read's Answerer
 	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
 
 	drainOnce sync.Once
@@ -218,8 +218,8 @@ func (s *Server) routes() {
 	h("GET /v1/reconstructions/{file}", auth.Read, s.read.ReconV1)
 	h("GET /v2/reconstructions/{file}", auth.Read, s.read.ReconV2)
 	h("HEAD /v1/files/{file}", auth.Read, s.read.HeadFile)
-	h("GET /v1/reconstructions", auth.Read, s.batchRecon(s.batchLimits()))
-	h("POST /v1/reconstructions", auth.Read, s.batchRecon(s.batchLimits()))
+	h("GET /v1/reconstructions", auth.Read, s.read.Batch(s.batchOptions()))
+	h("POST /v1/reconstructions", auth.Read, s.read.Batch(s.batchOptions()))
 	h("GET /v1/chunks/{prefix}/{hash}", auth.Read, s.dedup)
 	h("POST /v1/telemetry", auth.Read, s.telemetry)
 	h("GET "+urlsign.PathPrefix+"{hash}", open, s.read.Transfer)
