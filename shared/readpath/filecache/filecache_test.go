@@ -32,8 +32,7 @@ func (g *gated) Visible(ctx context.Context, h hash.Hash, scope string) error { 
 
 // TestRevokeStartsAGeneration: a caller that arrives after a Revoke does not join a fill that
 // started before it (it would get an answer the Revoke invalidated); its own fill's answer is
-// remembered. (That the older fill's answer is not stored is metacache's TestRevokeDuringFill
-// and index's TestFileCacheSingleflight.)
+// remembered. (That the older fill's answer is not stored is metacache's TestRevokeDuringFill.)
 func TestRevokeStartsAGeneration(t *testing.T) {
 	h := hash.Chunk([]byte("file"))
 	g := &gated{rec: &recon.FileRecord{Hash: h}, entered: make(chan struct{}, 2), release: make(chan struct{})}
