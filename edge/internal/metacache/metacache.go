@@ -39,10 +39,8 @@ import (
 
 // Origin is where misses are filled from (*originapi.Client). Its errors are returned wrapped.
 type Origin interface {
-	// File returns the record of h if it is visible in scope.
-	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
-	// Visible returns nil if h is visible in scope.
-	Visible(ctx context.Context, h hash.Hash, scope string) error
+	// File and Visible fill the records and visibility (the file cache's Backend).
+	filecache.Backend
 	// Layouts returns the verified layouts of the xorbs it has; missing ones are left out.
 	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httpserver"
 	"github.com/xetcdn/xetcdn/shared/readpath"
+	"github.com/xetcdn/xetcdn/shared/readpath/filecache"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -45,8 +46,7 @@ import (
 // visibility the origin's revocation events invalidate, and fail with originapi.ErrNotFound
 // when the file is not visible.
 type Metadata interface {
-	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
-	Visible(ctx context.Context, h hash.Hash, scope string) error
+	filecache.Backend // File, Visible
 	Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error)
 }
 
