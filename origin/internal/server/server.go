@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
@@ -80,6 +81,10 @@ type Options struct {
 	// the index and object store decorators backend.Open puts around Index and Objects):
 	// 0 = DefaultDependencyTimeout, < 0 = unbounded.
 	DependencyTimeout time.Duration
+	// Hub, when set, serves the Hub-compatible repositories API (origin/internal/hub,
+	// docs/hub.md) on the main listener: /api/..., /{ns}/{name}/resolve/..., and the hf_ tokens
+	// and public repositories of the token route. Its Registered hook is fed by ingest.
+	Hub *hub.Service
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
 	// signature again (auth.CachingVerifier): 0 = auth.DefaultCacheTTL, < 0 = never cached.
 	TokenCacheTTL time.Duration
@@ -106,9 +111,10 @@ type Server struct {
 	m        *metrics
 	wrapper  *httpserver.Wrapper // wrap's error mapping, token checks and request metrics
 	mux      *http.ServeMux
-	read     *readpath.Handlers // the reconstruction, HEAD file and transfer routes
+	read     *readpath.Handlers // the read routes (recon, HEAD file, batch, transfer)
 	fresh    *readpath.Fresh    // read's Answerer
 	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
+	hub      *hub.Service       // nil: no Hub API
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
@@ -156,6 +162,7 @@ func New(o Options) (*Server, error) {
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
+		hub:      o.Hub,
 		draining: make(chan struct{}),
 	}
 	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
@@ -166,7 +173,12 @@ func New(o Options) (*Server, error) {
 			func() float64 { return float64(s.conns.Open()) }))
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
-	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
+	iopts := ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer}
+	if o.Hub != nil {
+		iopts.Registered = o.Hub.Registered
+		o.Hub.SetVerifyCAS(func(r *http.Request) (*auth.Claims, error) { return s.tokens.VerifyRequest(r) })
+	}
+	s.ingest = ingest.New(iopts)
 	s.wrapper = s.newWrapper()
 	src := Source{Index: o.Index, Objects: o.Objects}
 	s.fresh = &readpath.Fresh{Source: src, Signer: signer, ParallelAt: func() int { return s.cfg.Limits.ReconParallelAt },
@@ -231,7 +243,11 @@ func (s *Server) routes() {
 	h("GET "+internalapi.EventsPath, auth.Edge, s.internalEvents)
 	h("GET /healthz", open, s.healthz)
 	h("GET /readyz", open, s.readyz)
+	h("/api/", open, s.hubAPI)
 	h("/", open, func(w http.ResponseWriter, r *http.Request) error {
+		if s.hub != nil && s.hub.ServeResolve(w, r) {
+			return nil
+		}
 		return httpapi.ErrNotFound
 	})
 	s.mux = m
