@@ -27,6 +27,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/edge/internal/tokens"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 )
 
@@ -37,6 +38,7 @@ const transferKeyFile = "transfer.key"
 // Edge is a started edge. Wait for it to stop after cancelling the context given to Start.
 type Edge struct {
 	lns  *server.Listeners
+	src  readpath.Source
 	done chan struct{}
 	err  error
 }
@@ -128,7 +130,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		lns.Close()
 		return nil, err
 	}
-	e := &Edge{lns: lns, done: make(chan struct{})}
+	e := &Edge{lns: lns, src: srv.Source(), done: make(chan struct{})}
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
 	go followEvents(bg, client, meta, cfg.Limits.EventsWait.D(), log)
@@ -153,6 +155,10 @@ func (e *Edge) Wait() error {
 	<-e.done
 	return e.err
 }
+
+// Source is the edge's read path under the shared handlers: metadata cache (records,
+// visibility, layouts) and data cache in front of the origin (readpath.Source).
+func (e *Edge) Source() readpath.Source { return e.src }
 
 // TLSAddr is the TLS (and HTTP/3) address; HTTPAddr and AdminAddr are "" when off.
 func (e *Edge) TLSAddr() string   { return e.lns.TLS.Addr().String() }

@@ -80,6 +80,7 @@ type fixture struct {
 	hash    hash.Hash
 	data    []byte
 	layouts []*xorb.Layout
+	bodies  [][]byte // the xorbs' upload bodies (serialized chunks), in layouts' order
 }
 
 // chunkBytes returns the serialized chunk bytes of all the fixture's xorbs.
@@ -114,6 +115,7 @@ func upload(t *testing.T, o *origin, writeTok string, seed uint64, nx, nc int) *
 		}
 		body, l := b.Finish()
 		f.layouts = append(f.layouts, l)
+		f.bodies = append(f.bodies, body)
 		if st, ans := call(t, "POST", o.url+"/v1/xorbs/default/"+l.Hash.String(), writeTok, body); st != 200 {
 			t.Fatalf("xorb upload: %d %s", st, ans)
 		}

@@ -1,18 +1,22 @@
 // Package metacache is the edge's metadata tier: file records, xorb layouts and (file, scope)
 // visibility, cached in front of the origin's internal API.
 //
-//	request ─► Cache.File / Cache.Layout ─► ristretto (hit) ─┐
-//	                    │ miss                               └─► answer
+//	request ─► Cache.File / .Visible ─► filecache (records, visibility) ─┐
+//	           Cache.Layout ──────────► ristretto (hit) ─────────────────┴─► answer
+//	                    │ miss
 //	                    ▼
 //	           singleflight per key (re-checks the cache inside the flight)
 //	                    ▼
 //	           Origin, under context.WithoutCancel + FillTimeout
 //
-// Records and layouts are immutable and content-addressed, so they stay cached until evicted
-// (ristretto, cost in bytes). Visibility is the one mutable fact: a (file, scope) answer is
-// trusted for VisibilityTTL, and Revoke (fed by the origin's event stream) forgets it at once.
-// A miss costs one origin round trip per file; a record already cached whose visibility expired
-// is re-checked with a body-less request.
+// Records and visibility are kept by shared/readpath/filecache, the one record/visibility
+// cache of both tiers (the origin's index.FileCache is the same type), its records in this
+// package's ristretto beside the layouts, under one byte budget. Records and layouts are
+// immutable and content-addressed, so they stay cached until evicted (ristretto, cost in
+// bytes). Visibility is the one mutable fact: a (file, scope) answer is trusted for
+// VisibilityTTL, and Revoke (fed by the origin's event stream) forgets it at once. A miss costs
+// one origin round trip per file; a record already cached whose visibility expired is
+// re-checked with a body-less request.
 package metacache
 
 import (
@@ -20,7 +24,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/xetcdn/xetcdn/shared/readpath/filecache"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -35,10 +39,8 @@ import (
 
 // Origin is where misses are filled from (*originapi.Client). Its errors are returned wrapped.
 type Origin interface {
-	// File returns the record of h if it is visible in scope.
-	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
-	// Visible returns nil if h is visible in scope.
-	Visible(ctx context.Context, h hash.Hash, scope string) error
+	// File and Visible fill the records and visibility (the file cache's Backend).
+	filecache.Backend
 	// Layouts returns the verified layouts of the xorbs it has; missing ones are left out.
 	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 }
@@ -67,13 +69,12 @@ type Options struct {
 type Cache struct {
 	origin Origin
 	rc     *ristretto.Cache[string, any]
-	flight singleflight.Group
-	vis    *visibility
-	ttl    time.Duration
+	flight singleflight.Group // layout fills
+	files  *filecache.Cache   // records (in rc) and visibility
 	fillTO time.Duration
-	now    func() time.Time
 	m      *metrics
 	sets   atomic.Int64 // successful Set calls, for Usable
+	resets atomic.Int64 // visibility table resets
 }
 
 // New builds a Cache.
@@ -117,10 +118,30 @@ func New(o Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metacache: %w", err)
 	}
-	c := &Cache{origin: o.Origin, rc: rc, vis: newVisibility(o.MaxVisibility), ttl: o.VisibilityTTL,
-		fillTO: o.FillTimeout, now: o.Now}
-	c.m = newMetrics(o.Registerer, rc, c.vis)
+	c := &Cache{origin: o.Origin, rc: rc, fillTO: o.FillTimeout}
+	c.m = newMetrics(o.Registerer, rc, &c.resets)
+	c.files, err = filecache.New(filecache.Options{Backend: o.Origin, Records: records{c},
+		VisibilityTTL: o.VisibilityTTL, MaxVisibility: o.MaxVisibility, FillTimeout: o.FillTimeout, Now: o.Now,
+		Counters: filecache.Counters{
+			Hit:       func(kind string) { c.m.hits.WithLabelValues(kind).Inc() },
+			Miss:      func(kind string) { c.m.misses.WithLabelValues(kind).Inc() },
+			Fill:      c.m.fills.Inc,
+			Collapsed: c.m.collapsed.Inc,
+			Reset:     func() { c.resets.Add(1) },
+		}})
+	if err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("metacache: %w", err)
+	}
 	return c, nil
+}
+
+// records keeps the file cache's records in the Cache's ristretto, beside the layouts.
+type records struct{ c *Cache }
+
+func (r records) Get(h hash.Hash) (*recon.FileRecord, bool) { return r.c.cachedFile(h) }
+func (r records) Set(rec *recon.FileRecord) {
+	r.c.set(fileKey(rec.Hash), rec, filecache.RecordCost(rec))
 }
 
 // Close releases ristretto's goroutines. No call may be running or follow.
@@ -135,39 +156,14 @@ func (c *Cache) Usable() bool { return c.sets.Load() > 0 }
 func fileKey(h hash.Hash) string   { return "f" + string(h[:]) }
 func layoutKey(h hash.Hash) string { return "l" + string(h[:]) }
 
-// File returns the record of file h if it is visible in scope. Errors wrap the origin's
-// (originapi.ErrNotFound when it is not visible).
+// File returns the record of file h if it is visible in scope (filecache.Cache.File). Errors
+// wrap the origin's (originapi.ErrNotFound when it is not visible).
 func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
-	rec, cached := c.cachedFile(h)
-	if cached && c.vis.fresh(h, scope, c.now()) {
-		c.m.hits.WithLabelValues("file").Inc()
-		return rec, nil
-	}
-	c.m.misses.WithLabelValues("file").Inc()
-	v, err := c.fill(ctx, "f"+string(h[:])+scope, func(ctx context.Context) (any, error) {
-		gen := c.vis.generation()
-		if rec, ok := c.cachedFile(h); ok {
-			if c.vis.fresh(h, scope, c.now()) {
-				return rec, nil
-			}
-			if err := c.origin.Visible(ctx, h, scope); err != nil {
-				return nil, err
-			}
-			c.vis.put(h, scope, c.now().Add(c.ttl), gen)
-			return rec, nil
-		}
-		rec, err := c.origin.File(ctx, h, scope)
-		if err != nil {
-			return nil, err
-		}
-		c.set(fileKey(h), rec, recordCost(rec))
-		c.vis.put(h, scope, c.now().Add(c.ttl), gen)
-		return rec, nil
-	})
+	rec, err := c.files.File(ctx, h, scope)
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %w", h, err)
 	}
-	return v.(*recon.FileRecord), nil
+	return rec, nil
 }
 
 // Visible returns nil if file h is visible in scope: from the cached answer while it is fresh
@@ -175,23 +171,7 @@ func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 // positive answer is then cached. No record is fetched. Errors wrap the origin's
 // (originapi.ErrNotFound when it is not visible).
 func (c *Cache) Visible(ctx context.Context, h hash.Hash, scope string) error {
-	if c.vis.fresh(h, scope, c.now()) {
-		c.m.hits.WithLabelValues("visible").Inc()
-		return nil
-	}
-	c.m.misses.WithLabelValues("visible").Inc()
-	_, err := c.fill(ctx, "v"+string(h[:])+scope, func(ctx context.Context) (any, error) {
-		gen := c.vis.generation()
-		if c.vis.fresh(h, scope, c.now()) {
-			return nil, nil
-		}
-		if err := c.origin.Visible(ctx, h, scope); err != nil {
-			return nil, err
-		}
-		c.vis.put(h, scope, c.now().Add(c.ttl), gen)
-		return nil, nil
-	})
-	if err != nil {
+	if err := c.files.Visible(ctx, h, scope); err != nil {
 		return fmt.Errorf("visibility of file %s: %w", h, err)
 	}
 	return nil
@@ -203,7 +183,7 @@ func (c *Cache) cachedFile(h hash.Hash) (*recon.FileRecord, bool) {
 		return nil, false
 	}
 	rec, ok := v.(*recon.FileRecord)
-	return rec, ok
+	return rec, ok && rec.Hash == h
 }
 
 // Layout returns the verified layout of xorb h.
@@ -272,83 +252,12 @@ func (c *Cache) set(key string, v any, cost int64) {
 // Revoke forgets the visibility of files in scope (nil files: the whole scope), so the next
 // request checks the origin again. Fills that started before Revoke do not store their answer.
 func (c *Cache) Revoke(scope string, files []hash.Hash) {
-	c.vis.revoke(scope, files)
+	c.files.Revoke(scope, files)
 	c.m.revocations.Inc()
 }
 
-// recordCost approximates the bytes a record holds.
-func recordCost(r *recon.FileRecord) int64 { return 128 + int64(len(r.Terms))*56 }
-
 // layoutCost approximates the bytes a layout holds.
 func layoutCost(l *xorb.Layout) int64 { return 128 + int64(l.NumChunks())*(hash.Size+8) }
-
-// visibility remembers positive (file, scope) answers until their expiry.
-type visibility struct {
-	mu     sync.Mutex
-	scopes map[string]map[hash.Hash]time.Time
-	n, max int
-	gen    uint64
-	resets atomic.Int64
-}
-
-func newVisibility(max int) *visibility {
-	return &visibility{scopes: make(map[string]map[hash.Hash]time.Time), max: max}
-}
-
-func (v *visibility) fresh(h hash.Hash, scope string, now time.Time) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	exp, ok := v.scopes[scope][h]
-	return ok && now.Before(exp)
-}
-
-func (v *visibility) generation() uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.gen
-}
-
-// put stores an answer obtained after generation gen was read, unless a revocation came since.
-func (v *visibility) put(h hash.Hash, scope string, exp time.Time, gen uint64) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if gen != v.gen {
-		return
-	}
-	if v.n >= v.max {
-		// Full: forget everything rather than scan; answers are cheap to re-check. Counted.
-		v.scopes = make(map[string]map[hash.Hash]time.Time)
-		v.n = 0
-		v.resets.Add(1)
-	}
-	m := v.scopes[scope]
-	if m == nil {
-		m = make(map[hash.Hash]time.Time)
-		v.scopes[scope] = m
-	}
-	if _, ok := m[h]; !ok {
-		v.n++
-	}
-	m[h] = exp
-}
-
-func (v *visibility) revoke(scope string, files []hash.Hash) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.gen++
-	m := v.scopes[scope]
-	if files == nil {
-		v.n -= len(m)
-		delete(v.scopes, scope)
-		return
-	}
-	for _, h := range files {
-		if _, ok := m[h]; ok {
-			delete(m, h)
-			v.n--
-		}
-	}
-}
 
 type metrics struct {
 	hits, misses *prometheus.CounterVec
@@ -357,7 +266,7 @@ type metrics struct {
 	revocations  prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], vis *visibility) *metrics {
+func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], resets *atomic.Int64) *metrics {
 	m := &metrics{
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_hits_total",
 			Help: "Metadata lookups answered from the cache, by kind (file: record and visibility; visible: visibility alone, for transfer URLs; layout)."}, []string{"kind"}),
@@ -388,7 +297,7 @@ func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], vis
 			func() float64 { return float64(rc.Metrics.CostAdded() - rc.Metrics.CostEvicted()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_visibility_resets_total",
 			Help: "Times the visibility table was full and forgotten."},
-			func() float64 { return float64(vis.resets.Load()) }),
+			func() float64 { return float64(resets.Load()) }),
 	)
 	return m
 }

@@ -227,7 +227,7 @@ func TestRevokeDuringFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The answer obtained before the revocation must not be remembered.
-	if c.vis.fresh(fh, "a", time.Now()) {
+	if c.files.Fresh(fh, "a") {
 		t.Error("a fill that raced a revocation stored its visibility")
 	}
 }

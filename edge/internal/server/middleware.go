@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
@@ -11,8 +10,6 @@ import (
 // handlerFunc is a route handler (httpserver.Handler): it returns an error instead of writing
 // one, and the wrapper maps it.
 type handlerFunc = httpserver.Handler
-
-func claims(ctx context.Context) *auth.Claims { return httpserver.Claims(ctx) }
 
 // authorize verifies the bearer token with the origin's keys and checks that its access covers
 // need.

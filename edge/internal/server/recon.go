@@ -10,113 +10,68 @@ import (
 
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
-	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // maxWriters bounds the goroutines one answer is written by; Server.maxWriters also caps
 // them at GOMAXPROCS, since a writer beyond the cores only adds buffering and scheduling.
 const maxWriters = 8
 
-func (s *Server) reconV1(w http.ResponseWriter, r *http.Request) error {
-	return s.reconstruct(w, r, false)
-}
-func (s *Server) reconV2(w http.ResponseWriter, r *http.Request) error {
-	return s.reconstruct(w, r, true)
-}
-
-// pathHash parses the hash path parameter name (400 when malformed).
-func pathHash(r *http.Request, name string) (hash.Hash, error) {
-	return hash.Parse(r.PathValue(name))
-}
-
-// file returns the record of the file in the request path if the token's scope sees it. The
-// empty file (all-zero id) exists in every scope, as on the origin.
-func (s *Server) file(ctx context.Context, r *http.Request) (*recon.FileRecord, error) {
-	h, err := pathHash(r, "file")
-	if err != nil {
-		return nil, err
-	}
-	if h.IsZero() {
-		return s.empty, nil // one record, so that the answer cache keeps its answer
-	}
-	return s.o.Meta.File(ctx, h, claims(ctx).Scope)
-}
-
 // DefaultURLExpiryRound is Options.URLExpiryRound when 0: URLs expire on whole minutes.
 const DefaultURLExpiryRound = time.Minute
 
-// reconstruct: GET /v1|v2/reconstructions/{file} with an optional single Range, answered from
-// the metadata cache with URLs for the edge's transfer route: the same terms and ranges as the
-// origin gives for the same query (both run recon.Plan on the same record). Without a free
-// permit the request goes to the origin unchanged.
+// permitted is the edge's middleware around the shared reconstruction handlers: a request is
+// answered here only with a free permit; without one it goes to the origin unchanged
+// (counted as a no_permit fallback). Nothing is answered 429/503 for saturation.
+func (s *Server) permitted(next handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if !s.permits.tryAcquire() {
+			s.m.fallbacks.WithLabelValues("no_permit").Inc()
+			return s.forward(w, r)
+		}
+		defer s.permits.release(1)
+		return next(w, r)
+	}
+}
+
+// answerLayer is the edge's readpath.Answerer: the answer-cache layer in front of readpath.Fresh.
+// The shared handler has already found the record visible in the token's scope (the metadata
+// cache); the answer has the same terms and ranges as the origin's for the same query (both
+// run recon.Plan on the same record), with URLs for the edge's own transfer route.
 //
 // Whole-file answers are written from the answer cache (one Content-Length answer, two
 // writes) once encoded for the current URL expiry; ranged answers of large files copy their
 // terms from the cached whole-file terms. Both are byte-identical to encoding afresh with the
-// same expiry. The record, and so visibility in the token's scope, is always looked up first.
-func (s *Server) reconstruct(w http.ResponseWriter, r *http.Request, v2 bool) error {
-	if !s.permits.tryAcquire() {
-		s.m.fallbacks.WithLabelValues("no_permit").Inc()
-		return s.forward(w, r)
-	}
-	defer s.permits.release(1)
-	start := time.Now()
-	ctx := r.Context()
-	var rng *httprange.Range
-	if hdr := r.Header.Get("Range"); hdr != "" {
-		one, err := httprange.ParseOne(hdr)
-		if err != nil {
-			return err
-		}
-		rng = &one
-	}
-	rec, err := s.file(ctx, r)
-	if err != nil {
-		return err
-	}
-	version := "v1"
-	if v2 {
-		version = "v2"
-	}
-	defer func() { s.m.recon.WithLabelValues(version).Observe(time.Since(start).Seconds()) }()
+// same expiry.
+type answerLayer Server
+
+// Answer implements readpath.Answerer.
+func (sa *answerLayer) Answer(w http.ResponseWriter, r *http.Request, q readpath.Query) error {
+	s := (*Server)(sa)
+	rec := q.Rec
 	exp := s.o.Signer.Expiry(s.o.URLExpiryRound)
 	// The URLs are bound to this file and the token's scope: hiding the file there revokes them.
-	scope := claims(ctx).Scope
-	signer := s.o.Signer.Bind(scope, rec.Hash, exp)
-	whole := wholeRange(rec, rng)
+	signer := s.o.Signer.Bind(q.Scope, rec.Hash, exp)
+	whole := wholeRange(rec, q.Range)
 	cacheable := s.answers.usable(len(rec.Terms))
 	if whole && cacheable && s.o.URLExpiryRound > 0 {
-		return s.writeWhole(w, r, rec, v2, scope, exp.Unix(), signer)
+		return s.writeWhole(w, r, rec, q.V2, q.Scope, exp.Unix(), signer)
 	}
 	var terms *recon.Terms
 	if !whole && cacheable {
+		var err error
 		if terms, err = s.rangedTerms(rec); err != nil {
 			return err
 		}
 	}
-	a, err := s.plan(ctx, rec, whole, rng)
+	a, err := s.plan(r.Context(), rec, whole, q.Range)
 	if err != nil {
 		return err
 	}
-	enc := recon.Encoder{}
-	if terms == nil && a.Len() >= s.o.ParallelAt {
-		if extra := s.permits.takeHalf(s.maxWriters - 1); extra > 0 {
-			defer s.permits.release(extra)
-			enc.Workers = 1 + extra
-			s.m.parallel.Inc()
-		}
-	}
 	b := beginBatch(w, r)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if v2 {
-		err = enc.WriteV2Terms(w, a, signer, terms)
-	} else {
-		err = enc.WriteV1Terms(w, a, signer, terms)
-	}
+	err = s.fresh.Write(w, a, q.V2, signer, terms)
 	return errors.Join(err, b.end())
 }
 
@@ -244,30 +199,19 @@ func (s *Server) encodeTerms(rec *recon.FileRecord) (*recon.Terms, error) {
 // answers come from the answer cache's plans when they can.
 func (s *Server) plan(ctx context.Context, rec *recon.FileRecord, whole bool, rng *httprange.Range) (*recon.Answer, error) {
 	if !whole {
-		return recon.Plan(rec, rng, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
+		return recon.Plan(rec, rng, s.fresh.LayoutFunc(ctx))
 	}
 	if a, ok := s.answers.plan(rec); ok {
 		s.m.planCache.WithLabelValues("hit").Inc()
 		return a, nil
 	}
-	a, err := recon.Plan(rec, nil, func(h hash.Hash) (*xorb.Layout, error) { return s.o.Meta.Layout(ctx, h) })
+	a, err := recon.Plan(rec, nil, s.fresh.LayoutFunc(ctx))
 	if err != nil {
 		return nil, err
 	}
 	s.m.planCache.WithLabelValues("miss").Inc()
 	s.answers.putPlan(rec, a)
 	return a, nil
-}
-
-// headFile: HEAD /v1/files/{file} → Content-Length = file size; 404 when not visible.
-func (s *Server) headFile(w http.ResponseWriter, r *http.Request) error {
-	rec, err := s.file(r.Context(), r)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Length", strconv.FormatUint(rec.Size, 10))
-	w.WriteHeader(http.StatusOK)
-	return nil
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {

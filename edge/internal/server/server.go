@@ -2,9 +2,12 @@
 // with URLs the edge signs for its own transfer route, that transfer route served from the
 // verified xorb data cache, and every other CAS route proxied to the origin as a stream.
 //
-//	client ─┬─ /v1|v2/reconstructions, /v1/files ─► permit? ─┬─ yes ► metacache ► recon.Plan ► Encoder
-//	        │                                                └─ no ─► proxy to origin (fallback)
-//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► metacache.Visible, .Layout ► XorbBytes (verified)
+//	client ─┬─ /v1|v2/reconstructions ─► permit? ─┬─ yes ► readpath.Handlers ► source.File (metacache)
+//	        │                                     │        ► answerLayer (answer cache) ► readpath.Fresh
+//	        │                                     └─ no ─► proxy to origin (fallback)
+//	        ├─ /v1/files (HEAD) ─────────────────► readpath.Handlers ► source.File (metacache)
+//	        ├─ /v1/transfer/xorbs (edge-signed URL) ─► readpath.Handlers ► source.Visible, .Xorb
+//	        │                                          (metacache) ► datacache (verified)
 //	        └─ uploads, shards, dedup, telemetry, token route ───────────► proxy to origin
 //
 // Handlers return errors; one wrapper maps them to a status with httpapi.Errors. Nothing is
@@ -30,6 +33,8 @@ import (
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httpserver"
+	"github.com/xetcdn/xetcdn/shared/readpath"
+	"github.com/xetcdn/xetcdn/shared/readpath/filecache"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -41,8 +46,7 @@ import (
 // visibility the origin's revocation events invalidate, and fail with originapi.ErrNotFound
 // when the file is not visible.
 type Metadata interface {
-	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
-	Visible(ctx context.Context, h hash.Hash, scope string) error
+	filecache.Backend // File, Visible
 	Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error)
 }
 
@@ -119,9 +123,12 @@ type Server struct {
 	// one answer.
 	answers    *answerCache
 	encodes    singleflight.Group // collapses concurrent encodings of one whole-file answer
-	empty      *recon.FileRecord  // the empty file's record (never modified)
 	maxWriters int
-	tokens     *auth.CachingVerifier
+	// read are the shared read handlers over the edge's source, answering through fresh
+	// behind the answer cache (answerLayer).
+	read   *readpath.Handlers
+	fresh  *readpath.Fresh
+	tokens *auth.CachingVerifier
 }
 
 // New builds a Server.
@@ -152,13 +159,21 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
 	s.answers = newAnswerCache(o.PlanCacheBytes, o.AnswerCacheBytes, s.m)
-	s.empty = &recon.FileRecord{}
 	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
 	s.permits = newPermits(o.Permits, s.m.permitsInUse)
 	s.errs = httpapi.NewErrors(httpapi.ErrorsOptions{Log: o.Log, Extra: s.rules()})
 	s.proxy = s.newProxy()
 	s.wrapper = s.newWrapper()
+	src := (*source)(s)
+	s.fresh = &readpath.Fresh{Source: src, Signer: o.Signer, ExpiryRound: o.URLExpiryRound, ParallelAt: func() int { return o.ParallelAt },
+		MaxWriters: s.maxWriters, TakeWriters: s.permits.takeHalf, ReleaseWriters: s.permits.release, Parallel: s.m.parallel}
+	var err error
+	if s.read, err = readpath.New(readpath.Options{Source: src, Signer: o.Signer, Answerer: (*answerLayer)(s),
+		Unranged: readpath.SignedRanges, Begin: transferBatch, Recon: s.m.recon, TransferBytes: s.m.transferBytes,
+		Now: o.Now}); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -210,10 +225,10 @@ func (s *Server) routes() {
 		m.Handle(pattern, s.wrap(pattern, "", s.forward))
 	}
 	open := auth.Access("")
-	local("GET /v1/reconstructions/{file}", auth.Read, s.reconV1)
-	local("GET /v2/reconstructions/{file}", auth.Read, s.reconV2)
-	local("HEAD /v1/files/{file}", auth.Read, s.headFile)
-	local("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)
+	local("GET /v1/reconstructions/{file}", auth.Read, s.permitted(s.read.ReconV1))
+	local("GET /v2/reconstructions/{file}", auth.Read, s.permitted(s.read.ReconV2))
+	local("HEAD /v1/files/{file}", auth.Read, s.read.HeadFile)
+	local("GET "+urlsign.PathPrefix+"{hash}", open, s.read.Transfer)
 	local("GET /healthz", open, s.healthz)
 	local("GET /readyz", open, s.readyz)
 	proxied("POST /v1/xorbs/{prefix}/{hash}")

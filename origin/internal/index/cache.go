@@ -152,6 +152,11 @@ func (c *LayoutCache) File(ctx context.Context, h hash.Hash, scope string) (*rec
 	return c.next.File(ctx, h, scope)
 }
 
+// Visible implements Index through the wrapped index.
+func (c *LayoutCache) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	return c.next.Visible(ctx, h, scope)
+}
+
 // DedupXorbs implements Index through the wrapped index.
 func (c *LayoutCache) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
 	return c.next.DedupXorbs(ctx, chunk)

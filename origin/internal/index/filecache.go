@@ -2,16 +2,12 @@ package index
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
-	"golang.org/x/sync/singleflight"
-
+	"github.com/xetcdn/xetcdn/shared/readpath/filecache"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -35,51 +31,30 @@ type FileCacheOptions struct {
 const DefaultVisibilityTTL = 2 * time.Second
 
 // FileCache is an Index decorator that keeps decoded file records and recent positive
-// visibility answers in memory, so that repeated reconstructions of a large file skip the
-// database round trip and the record decode (13 ms of CPU for 100,000 terms).
+// visibility answers in memory (shared/readpath/filecache, the record/visibility cache both
+// tiers use), so that repeated reconstructions of a large file skip the database round trip and
+// the record decode (13 ms of CPU for 100,000 terms).
 //
 // Records are immutable (the first registration of a file wins), so a cached record is never
-// stale and is shared by every scope. Visibility is not immutable: File answers from memory only
-// when this cache saw the file visible in the scope less than VisibilityTTL ago and no Hide went
-// through this FileCache since. Hide drops every remembered answer as soon as the wrapped index
-// has committed it; a Hide made elsewhere (another replica on the same database) takes effect
-// here within VisibilityTTL. Negative answers are never cached: a registration is visible at
-// once.
+// stale and is shared by every scope. Visibility is not immutable: File and Visible answer from
+// memory only when this cache saw the file visible in the scope less than VisibilityTTL ago and
+// no Hide of it went through this FileCache since. Hide drops the hidden answers as soon as the
+// wrapped index has committed it; a Hide made elsewhere (another replica on the same database)
+// takes effect here within VisibilityTTL. Negative answers are never cached: a registration is
+// visible at once. A (file, scope) miss whose record is cached asks the wrapped index's
+// Visible probe, not the record.
 //
 // Concurrent misses of the same (file, scope) share one lookup (singleflight). Records are
 // shared between callers: treat them as immutable, as recon.FileRecord asks. Every other method
 // goes to the wrapped Index unchanged (FileBytes too: it checks visibility in its own query).
 type FileCache struct {
-	next Index
-	ttl  time.Duration
-	now  func() time.Time
-	// epoch counts the Hide calls that went through this cache; a visibility entry is valid
-	// only in the epoch it was looked up in.
-	epoch atomic.Uint64
-	group singleflight.Group
+	next  Index
+	cache *filecache.Cache
 
 	mu     sync.RWMutex // held for reading around cache use, for writing by Close
 	closed bool
-	recs   *ristretto.Cache[string, *recon.FileRecord]
-	vis    *ristretto.Cache[string, visibleUntil]
 	err    error
 }
-
-// visibleUntil is a positive visibility answer: valid while the cache is in epoch and before
-// until.
-type visibleUntil struct {
-	epoch uint64
-	until time.Time
-}
-
-// termBytes approximates the memory of one decoded recon.Term (hash, five uint32, padding).
-const termBytes = 56
-
-// typicalRecordBytes sizes the admission counters: about ten per record of this size.
-const typicalRecordBytes = 4 << 10
-
-// recordCost approximates the memory of a decoded record.
-func recordCost(r *recon.FileRecord) int64 { return int64(128 + termBytes*len(r.Terms)) }
 
 // NewFileCache wraps ix with a cache of decoded records and positive visibility answers.
 // Close closes the caches and ix.
@@ -96,140 +71,59 @@ func NewFileCache(ix Index, o FileCacheOptions) (*FileCache, error) {
 	if o.VisibilityEntries == 0 {
 		o.VisibilityEntries = 1 << 16
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	recs, err := ristretto.NewCache(&ristretto.Config[string, *recon.FileRecord]{
-		NumCounters: max(1024, 10*o.MaxBytes/typicalRecordBytes),
-		MaxCost:     o.MaxBytes,
-		BufferItems: 64,
-		KeyToHash: func(k string) (uint64, uint64) {
-			return binary.LittleEndian.Uint64([]byte(k[:8])), binary.LittleEndian.Uint64([]byte(k[8:16]))
-		},
-		IgnoreInternalCost: true,
-	})
+	c, err := filecache.New(filecache.Options{Backend: ix, MaxBytes: o.MaxBytes, VisibilityTTL: o.VisibilityTTL,
+		MaxVisibility: int(o.VisibilityEntries), Now: o.Now})
 	if err != nil {
 		return nil, fmt.Errorf("index: file cache: %w", err)
 	}
-	vis, err := ristretto.NewCache(&ristretto.Config[string, visibleUntil]{
-		NumCounters:        max(1024, 10*o.VisibilityEntries),
-		MaxCost:            o.VisibilityEntries,
-		BufferItems:        64,
-		IgnoreInternalCost: true,
-	})
-	if err != nil {
-		recs.Close()
-		return nil, fmt.Errorf("index: visibility cache: %w", err)
-	}
-	return &FileCache{next: ix, ttl: o.VisibilityTTL, now: o.Now,
-		recs: recs, vis: vis}, nil
+	return &FileCache{next: ix, cache: c}, nil
 }
 
 // Unwrap returns the wrapped index.
 func (c *FileCache) Unwrap() Index { return c.next }
 
-// visKey is the key of (file h, scope) in the visibility cache and the singleflight group.
-func visKey(h hash.Hash, scope string) string { return string(h[:]) + scope }
-
-// cached returns the record of h if it is cached and h was seen visible in scope within the
-// TTL in the current epoch.
-// After Close it answers ErrUnavailable.
-func (c *FileCache) cached(h hash.Hash, scope string) (rec *recon.FileRecord, ok bool, err error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return nil, true, fmt.Errorf("%w: index closed", ErrUnavailable)
-	}
-	v, ok := c.vis.Get(visKey(h, scope))
-	if !ok || v.epoch != c.epoch.Load() || !c.now().Before(v.until) {
-		return nil, false, nil
-	}
-	rec, ok = c.record(h)
-	return rec, ok, nil
-}
-
-// record returns the cached record of h. The caller holds mu for reading.
-func (c *FileCache) record(h hash.Hash) (*recon.FileRecord, bool) {
-	rec, ok := c.recs.Get(string(h[:]))
-	if !ok || rec == nil || rec.Hash != h {
-		return nil, false
-	}
-	return rec, true
-}
-
-// remember caches rec (unless present) and its visibility in scope as of epoch, which was read
-// before the wrapped index was asked.
-func (c *FileCache) remember(rec *recon.FileRecord, scope string, epoch uint64, fresh bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return
-	}
-	if fresh {
-		c.recs.Set(string(rec.Hash[:]), rec, recordCost(rec))
-	}
-	if epoch != c.epoch.Load() {
-		return // a Hide came in meanwhile: the answer is already invalid, keep any newer one
-	}
-	c.vis.SetWithTTL(visKey(rec.Hash, scope), visibleUntil{epoch: epoch, until: c.now().Add(c.ttl)}, 1, c.ttl)
-}
-
 // File implements Index: from memory when the record is cached and the visibility answer is
 // recent, else from the wrapped index (one lookup shared by concurrent callers). When only the
-// visibility answer is missing, the wrapped index is asked for the stored bytes (FileBytes,
-// visibility checked in the same query) and the cached record is reused without decoding.
+// visibility answer is missing, the wrapped index is asked for visibility alone (Visible: no
+// record read) and the cached record is reused. After Close it answers ErrUnavailable.
 func (c *FileCache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("file %s in %q: %w", h, scope, err)
 	}
-	if rec, ok, err := c.cached(h, scope); ok {
-		return rec, err
-	}
-	epoch := c.epoch.Load()
-	// The epoch is part of the key: a caller arriving after a Hide must not join a lookup
-	// that started before it.
-	key := visKey(h, scope) + "\x00" + strconv.FormatUint(epoch, 10)
-	ch := c.group.DoChan(key, func() (any, error) {
-		// Shared by callers with different contexts: it runs to completion and fills the
-		// cache even when the caller that started it has gone away.
-		return c.lookup(context.WithoutCancel(ctx), h, scope, epoch)
-	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return nil, r.Err
-		}
-		return r.Val.(*recon.FileRecord), nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("file %s in %q: %w", h, scope, ctx.Err())
-	}
-}
-
-// lookup asks the wrapped index and remembers the answer.
-func (c *FileCache) lookup(ctx context.Context, h hash.Hash, scope string, epoch uint64) (*recon.FileRecord, error) {
-	c.mu.RLock()
-	rec, ok := c.record(h)
-	c.mu.RUnlock()
-	if ok {
-		if _, err := c.next.FileBytes(ctx, h, scope); err != nil {
-			return nil, err
-		}
-		c.remember(rec, scope, epoch, false)
-		return rec, nil
-	}
-	rec, err := c.next.File(ctx, h, scope)
-	if err != nil {
+	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	c.remember(rec, scope, epoch, true)
-	return rec, nil
+	// Not under mu: a lookup may wait for the index; the cache tolerates Close meanwhile.
+	rec, err := c.cache.File(ctx, h, scope)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("file %s in %q: %w", h, scope, err)
+	}
+	return rec, err
+}
+
+// Visible implements Index: from memory when this cache saw h visible in scope within the TTL
+// (as File), else from the wrapped index's probe (one probe shared by concurrent callers),
+// whose positive answer is then remembered. No record is read or cached.
+func (c *FileCache) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("file %s in %q: %w", h, scope, err)
+	}
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	err := c.cache.Visible(ctx, h, scope)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("file %s in %q: %w", h, scope, err)
+	}
+	return err
 }
 
 // Hide implements Index. Once the wrapped index has committed (or failed, which may still have
-// committed), every visibility answer remembered so far is invalid.
+// committed), the answers for the hidden files (all of the scope's when files is empty) are
+// forgotten, and lookups that started before are neither stored nor joined.
 func (c *FileCache) Hide(ctx context.Context, scope string, files []hash.Hash) error {
 	err := c.next.Hide(ctx, scope, files)
-	c.epoch.Add(1)
+	c.cache.Revoke(scope, files)
 	return err
 }
 
@@ -311,14 +205,13 @@ func (c *FileCache) checkOpen() error {
 	return nil
 }
 
-// Wait blocks until the records and answers cached so far are visible to File (cache writes
-// are applied asynchronously). For tests and benchmarks.
+// Wait blocks until the records cached so far are visible to File (cache writes are applied
+// asynchronously). For tests and benchmarks.
 func (c *FileCache) Wait() {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if !c.closed {
-		c.recs.Wait()
-		c.vis.Wait()
+		c.cache.Wait()
 	}
 }
 
@@ -328,8 +221,7 @@ func (c *FileCache) Close() error {
 	defer c.mu.Unlock()
 	if !c.closed {
 		c.closed = true
-		c.recs.Close()
-		c.vis.Close()
+		c.cache.Close()
 		c.err = c.next.Close()
 	}
 	return c.err

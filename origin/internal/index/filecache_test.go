@@ -52,10 +52,15 @@ func TestConformanceFileCacheOverLayoutCache(t *testing.T) {
 	})
 }
 
-// countingFiles counts the File and FileBytes calls that reach the database.
+// countingFiles counts the File, FileBytes and Visible calls that reach the database.
 type countingFiles struct {
 	*sqlite.DB
-	files, fileBytes atomic.Int64
+	files, fileBytes, visible atomic.Int64
+}
+
+func (c *countingFiles) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	c.visible.Add(1)
+	return c.DB.Visible(ctx, h, scope)
 }
 
 func (c *countingFiles) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
@@ -117,12 +122,13 @@ func TestFileCache(t *testing.T) {
 		t.Fatalf("6 lookups reached the index %d+%d times, want 1 File", fl, fb)
 	}
 
-	// Another scope shares the record but needs its own visibility answer: bytes, no decode.
+	// Another scope shares the record but needs its own visibility answer: the visibility
+	// probe alone, no record read or decoded.
 	if rec, err := get(f.Hash, other.Scope); err != nil || rec != first {
 		t.Fatalf("File in the second scope = %p, %v; want the cached record", rec, err)
 	}
-	if fl, fb := calls(); fl != 1 || fb != 1 {
-		t.Fatalf("second scope: %d File, %d FileBytes calls; want 1, 1", fl, fb)
+	if fl, fb, v := inner.files.Load(), inner.fileBytes.Load(), inner.visible.Load(); fl != 1 || fb != 0 || v != 1 {
+		t.Fatalf("second scope: %d File, %d FileBytes, %d Visible calls; want 1, 0, 1", fl, fb, v)
 	}
 	// FileBytes is the stored encoding, whatever is cached.
 	if b, err := c.FileBytes(ctx, f.Hash, r.Scope); err != nil || !bytes.Equal(b, mustEncode(t, f)) {
@@ -134,8 +140,8 @@ func TestFileCache(t *testing.T) {
 			t.Fatalf("File in a foreign scope: %v, want ErrNotFound", err)
 		}
 	}
-	if _, fb := calls(); fb != 4 { // the second scope's check, the FileBytes call, 2 foreign
-		t.Fatalf("foreign scope: %d FileBytes calls, want 4", fb)
+	if _, fb := calls(); fb != 1 || inner.visible.Load() != 3 { // the FileBytes call; the second scope's check, 2 foreign
+		t.Fatalf("foreign scope: %d FileBytes, %d Visible calls, want 1, 3", fb, inner.visible.Load())
 	}
 
 	// A Hide through the cache takes effect at once, for the hidden file only.
@@ -178,6 +184,79 @@ func TestFileCache(t *testing.T) {
 		t.Fatalf("File after the TTL of a remote Hide: %v, want ErrNotFound", err)
 	}
 
+}
+
+// TestFileCacheVisible: Visible is a probe of visibility alone. A miss asks the wrapped index's
+// Visible once (no record read, nothing decoded or cached as a record); the positive answer is
+// then reused within the TTL, is shared with File (whose visibility it is), and a Hide through
+// the cache drops it at once. Negative answers are never cached.
+func TestFileCacheVisible(t *testing.T) {
+	ctx := t.Context()
+	inner := &countingFiles{DB: openSQLite(t)}
+	clk := &fakeClock{}
+	const ttl = time.Hour // on the fake clock; ristretto's own expiry (real time) never hits
+	c, err := index.NewFileCache(inner, index.FileCacheOptions{MaxBytes: 1 << 20, VisibilityTTL: ttl, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := indextest.NewGen(7).Registration("models/a/b", 2, 1, 0)
+	if _, err := c.RegisterShard(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	f := r.Files[0].Hash
+	visible := func(scope string) error {
+		t.Helper()
+		err := c.Visible(ctx, f, scope)
+		c.Wait()
+		return err
+	}
+	for range 3 {
+		if err := visible(r.Scope); err != nil {
+			t.Fatalf("Visible: %v", err)
+		}
+	}
+	if fl, fb, v := inner.files.Load(), inner.fileBytes.Load(), inner.visible.Load(); fl != 0 || fb != 0 || v != 1 {
+		t.Fatalf("3 Visible calls reached the index as %d File, %d FileBytes, %d Visible; want 0, 0, 1", fl, fb, v)
+	}
+	// File needs the record once, but not the visibility again.
+	if _, err := c.File(ctx, f, r.Scope); err != nil {
+		t.Fatal(err)
+	}
+	if fl, v := inner.files.Load(), inner.visible.Load(); fl != 1 || v != 1 {
+		t.Fatalf("File after Visible: %d File, %d Visible calls; want 1, 1", fl, v)
+	}
+	for range 2 {
+		if err := visible("models/x/y"); !errors.Is(err, index.ErrNotFound) {
+			t.Fatalf("Visible in a foreign scope: %v, want ErrNotFound", err)
+		}
+	}
+	if v := inner.visible.Load(); v != 3 {
+		t.Fatalf("foreign scope: %d Visible calls, want 3 (no negative caching)", v)
+	}
+	if err := c.Hide(ctx, r.Scope, []hash.Hash{f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := visible(r.Scope); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("Visible after Hide: %v, want ErrNotFound", err)
+	}
+	// Past the TTL a positive answer is asked again.
+	if err := visible(r.Scope); !errors.Is(err, index.ErrNotFound) {
+		t.Fatal(err)
+	}
+	other := *r
+	other.Scope = "models/c/d"
+	if _, err := c.RegisterShard(ctx, &other); err != nil {
+		t.Fatal(err)
+	}
+	if err := visible(other.Scope); err != nil {
+		t.Fatal(err)
+	}
+	n := inner.visible.Load()
+	clk.Advance(ttl)
+	if err := visible(other.Scope); err != nil || inner.visible.Load() != n+1 {
+		t.Fatalf("Visible past the TTL: %v after %d probes, want nil after %d", err, inner.visible.Load(), n+1)
+	}
 }
 
 func mustEncode(t *testing.T, r *recon.FileRecord) []byte {

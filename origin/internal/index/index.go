@@ -125,6 +125,10 @@ type Index interface {
 	// File returns the record of file h if it is visible in scope, in one round trip.
 	// It returns ErrNotFound both when the file is unknown and when it is not visible there.
 	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	// Visible returns nil if file h is visible in scope, and an error wrapping ErrNotFound
+	// when it is unknown or not visible there, as File would, without reading the record
+	// (the transfer route's and the edges' visibility checks).
+	Visible(ctx context.Context, h hash.Hash, scope string) error
 	// DedupXorbs returns the xorbs of the shard that first registered chunk as a dedup entry,
 	// in that shard's order, or ErrNotFound.
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)

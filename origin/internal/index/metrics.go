@@ -104,6 +104,13 @@ func (m *Metrics) File(ctx context.Context, h hash.Hash, scope string) (*recon.F
 	return rec, err
 }
 
+func (m *Metrics) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	start := time.Now()
+	err := m.next.Visible(ctx, h, scope)
+	m.observe("Visible", start, err)
+	return err
+}
+
 func (m *Metrics) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
 	start := time.Now()
 	xs, err := m.next.DedupXorbs(ctx, chunk)

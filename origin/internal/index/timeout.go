@@ -78,6 +78,11 @@ func (t *Timeouts) File(ctx context.Context, h hash.Hash, scope string) (*recon.
 	return Bound(ctx, t.d, "index", func(ctx context.Context) (*recon.FileRecord, error) { return t.next.File(ctx, h, scope) })
 }
 
+func (t *Timeouts) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.next.Visible(ctx, h, scope) })
+	return err
+}
+
 func (t *Timeouts) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
 	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.DedupXorbs(ctx, chunk) })
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
@@ -314,7 +316,9 @@ func TestBatchReconstructionErrors(t *testing.T) {
 	// Small limits: the term cap counts the distinct files' terms; the file cap counts ids.
 	fc := makeFixture(t, 44, 2, 2, 500) // 2 terms
 	e.upload(fc, scope)
-	h := e.srv.wrap("batch", auth.Read, e.srv.batchRecon(batchLimits{files: 3, terms: 3, body: 4096}))
+	o := e.srv.batchOptions()
+	o.Files, o.Terms, o.Body = 3, 3, 4096
+	h := e.srv.wrap("batch", auth.Read, e.srv.read.Batch(o))
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	for _, tc := range []struct {
@@ -364,6 +368,7 @@ func FuzzBatchRequest(f *testing.F) {
 	f.Add("file_id="+a[:63]+"g", []byte(`null`))
 	f.Add("x=1&file_id="+b, []byte(` {"file_ids":null}`))
 	const maxFiles = 8
+	opts := readpath.BatchOptions{Files: maxFiles, Prefix: ingest.Prefix, ErrBadPrefix: ingest.ErrBadPrefix}
 	f.Fuzz(func(t *testing.T, query string, body []byte) {
 		check := func(form string, ids []hash.Hash, err error) {
 			if err != nil {
@@ -372,25 +377,25 @@ func FuzzBatchRequest(f *testing.F) {
 			if len(ids) == 0 || len(ids) > maxFiles {
 				t.Fatalf("%s: %d ids accepted", form, len(ids))
 			}
-			if len(distinct(slices.Clone(ids))) != len(ids) {
+			if len(readpath.Distinct(slices.Clone(ids))) != len(ids) {
 				t.Fatalf("%s: repeated ids %v", form, ids)
 			}
 			q := url.Values{}
 			for _, h := range ids {
 				q.Add("file_id", h.String())
 			}
-			back, err := parseBatchQuery(q.Encode(), maxFiles)
+			back, err := opts.ParseQuery(q.Encode())
 			if err != nil || !slices.Equal(back, ids) {
 				t.Fatalf("%s: %v re-parsed as query: %v %v", form, ids, back, err)
 			}
-			back, err = parseBatchBody(batchBody(ids...), maxFiles)
+			back, err = opts.ParseBody(batchBody(ids...))
 			if err != nil || !slices.Equal(back, ids) {
 				t.Fatalf("%s: %v re-parsed as body: %v %v", form, ids, back, err)
 			}
 		}
-		ids, err := parseBatchQuery(query, maxFiles)
+		ids, err := opts.ParseQuery(query)
 		check("query", ids, err)
-		ids, err = parseBatchBody(body, maxFiles)
+		ids, err = opts.ParseBody(body)
 		check("body", ids, err)
 	})
 }

@@ -24,7 +24,8 @@ const eventsPoll = 500 * time.Millisecond
 
 // internalFile: GET /internal/v1/files/{hash}?scope=S → the binary FileRecord
 // (recon.FileRecord.MarshalBinary) if the file is visible in S, else 404. HEAD answers the same
-// status without a body (visibility check, answered by the index's record cache when warm). GET
+// status without a body (visibility check: the index's Visible probe, answered by its file
+// cache when warm). GET
 // ships the stored encoding as the index holds it (index.Raw, visibility checked in the same
 // lookup) instead of decoding and re-encoding the record.
 func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
@@ -37,8 +38,8 @@ func (s *Server) internalFile(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: scope parameter is required", httpapi.ErrBadRequest)
 	}
 	ctx := r.Context()
-	if r.Method == http.MethodHead { // the edge's visibility check: no need to encode
-		if _, err := s.idx.File(ctx, h, scope); err != nil {
+	if r.Method == http.MethodHead { // the edge's visibility check: no record read
+		if err := s.idx.Visible(ctx, h, scope); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusOK)

@@ -6,9 +6,12 @@
 // are returned to one wrapper, which maps them to a status and JSON body with httpapi.Errors.
 //
 //	client ─┬─ /v1/xorbs, /v1|v2/shards ──────────► ingest.Service ─► objects, then index
-//	        ├─ /v1|v2/reconstructions, /v1/files ─► index.File ─► recon.Plan ─► recon.Encoder
+//	        ├─ /v1|v2/reconstructions, /v1/files ─► readpath.Handlers ─► Source.File (index.File)
+//	        │                                        ─► readpath.Fresh: recon.Plan ─► recon.Encoder
+//	        ├─ /v1/reconstructions (batch) ───────► readpath.Handlers.Batch ─► Source.File per file
 //	        ├─ /v1/chunks ────────────────────────► index.DedupXorbs ─► shard.DedupAnswer
-//	        └─ /v1/transfer/xorbs (signed URL) ───► index.File (visible?) ─► objects.GetRange
+//	        └─ /v1/transfer/xorbs (signed URL) ───► readpath.Handlers.Transfer ─► Source.Visible
+//	                                                 (index.Visible) ─► objects.GetRange
 //	edge ───── /internal/v1/... (edge token) ─────► index, objects, key set
 package server
 
@@ -33,6 +36,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httpserver"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -43,6 +47,7 @@ type Index interface {
 	ingest.Index
 	index.Raw
 	File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error)
+	Visible(ctx context.Context, h hash.Hash, scope string) error
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
 	Events(ctx context.Context, after int64, limit int) ([]index.Event, error)
 	Ping(ctx context.Context) error
@@ -106,8 +111,10 @@ type Server struct {
 	m        *metrics
 	wrapper  *httpserver.Wrapper // wrap's error mapping, token checks and request metrics
 	mux      *http.ServeMux
-	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
-	hub      *hub.Service  // nil: no Hub API
+	read     *readpath.Handlers // the read routes (recon, HEAD file, batch, transfer)
+	fresh    *readpath.Fresh    // read's Answerer
+	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
+	hub      *hub.Service       // nil: no Hub API
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
@@ -173,6 +180,14 @@ func New(o Options) (*Server, error) {
 	}
 	s.ingest = ingest.New(iopts)
 	s.wrapper = s.newWrapper()
+	src := Source{Index: o.Index, Objects: o.Objects}
+	s.fresh = &readpath.Fresh{Source: src, Signer: signer, ParallelAt: func() int { return s.cfg.Limits.ReconParallelAt },
+		MaxWriters: maxParallelWriters, TakeWriters: s.permits.takeHalf, ReleaseWriters: s.permits.release,
+		Parallel: s.m.reconParallel}
+	if s.read, err = readpath.New(readpath.Options{Source: src, Signer: signer, Answerer: s.fresh,
+		Unranged: readpath.WholeObject, Recon: s.m.recon, TransferBytes: s.m.transferBytes, Now: o.Now}); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -212,14 +227,14 @@ func (s *Server) routes() {
 	h("HEAD /v1/xorbs/{prefix}/{hash}", auth.Read, s.headXorb)
 	h("POST /v1/shards", auth.Write, s.postShardV1)
 	h("POST /v2/shards", auth.Write, s.postShardV2)
-	h("GET /v1/reconstructions/{file}", auth.Read, s.reconV1)
-	h("GET /v2/reconstructions/{file}", auth.Read, s.reconV2)
-	h("HEAD /v1/files/{file}", auth.Read, s.headFile)
-	h("GET /v1/reconstructions", auth.Read, s.batchRecon(s.batchLimits()))
-	h("POST /v1/reconstructions", auth.Read, s.batchRecon(s.batchLimits()))
+	h("GET /v1/reconstructions/{file}", auth.Read, s.read.ReconV1)
+	h("GET /v2/reconstructions/{file}", auth.Read, s.read.ReconV2)
+	h("HEAD /v1/files/{file}", auth.Read, s.read.HeadFile)
+	h("GET /v1/reconstructions", auth.Read, s.read.Batch(s.batchOptions()))
+	h("POST /v1/reconstructions", auth.Read, s.read.Batch(s.batchOptions()))
 	h("GET /v1/chunks/{prefix}/{hash}", auth.Read, s.dedup)
 	h("POST /v1/telemetry", auth.Read, s.telemetry)
-	h("GET "+urlsign.PathPrefix+"{hash}", open, s.transfer)
+	h("GET "+urlsign.PathPrefix+"{hash}", open, s.read.Transfer)
 	h("GET /api/{type}/{namespace}/{name}/{op}/{rev...}", open, s.hubToken)
 	h("GET "+internalapi.FilesPattern, auth.Edge, s.internalFile)
 	h("GET "+internalapi.LayoutsPath, auth.Edge, s.internalLayouts)

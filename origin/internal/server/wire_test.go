@@ -14,6 +14,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/internal/jsontest"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -21,7 +22,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// wireBatch is the batch answer ids and answers stand for, built independently of writeBatch
+// wireBatch is the batch answer ids and answers stand for, built independently of readpath.WriteBatch
 // from docs/protocol.md §2.9: each file's terms, and per xorb the union of the files' v1 fetch
 // entries, identical entries once, sorted by chunk range then byte range, each with the URL s
 // signs for its byte range alone, bound to the first file (in request order) whose answer has it.
@@ -121,7 +122,7 @@ func TestWriteBatchMatchesWire(t *testing.T) {
 	for _, tc := range tests {
 		for _, s := range signers {
 			var buf bytes.Buffer
-			if err := writeBatch(&buf, tc.ids, tc.answers, s); err != nil {
+			if err := readpath.WriteBatch(&buf, tc.ids, tc.answers, s); err != nil {
 				t.Fatal(err)
 			}
 			want := wireBatch(tc.ids, tc.answers, s)

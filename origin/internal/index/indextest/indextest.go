@@ -181,6 +181,9 @@ func wantFile(t *testing.T, ix index.Index, rec *recon.FileRecord, scope string)
 	if !bytes.Equal(b, want) {
 		t.Fatalf("FileBytes(%s, %q) differs from the record's encoding", rec.Hash, scope)
 	}
+	if err := ix.Visible(ctxOf(t), rec.Hash, scope); err != nil {
+		t.Fatalf("Visible(%s, %q): %v", rec.Hash, scope, err)
+	}
 }
 
 // wantHidden checks that file f is not readable in scope.
@@ -192,6 +195,9 @@ func wantHidden(t *testing.T, ix index.Index, f hash.Hash, scope string) {
 	}
 	if b, err := ix.FileBytes(ctxOf(t), f, scope); !errors.Is(err, index.ErrNotFound) {
 		t.Fatalf("FileBytes(%s, %q) = %d bytes, %v; want ErrNotFound", f, scope, len(b), err)
+	}
+	if err := ix.Visible(ctxOf(t), f, scope); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("Visible(%s, %q) = %v; want ErrNotFound", f, scope, err)
 	}
 }
 

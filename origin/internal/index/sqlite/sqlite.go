@@ -585,6 +585,22 @@ func (db *DB) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileR
 	return index.DecodeFile(h, b)
 }
 
+// Visible implements index.Index: one primary-key probe of the visibility row (and of the
+// file row it names), no record read.
+func (db *DB) Visible(ctx context.Context, h hash.Hash, scope string) error {
+	if err := db.read(); err != nil {
+		return err
+	}
+	var one int
+	if err := db.r.QueryRowContext(ctx, qVisible, scope, h[:]).Scan(&one); err != nil {
+		return fmt.Errorf("file %s in %q: %w", h, scope, translate(err))
+	}
+	return nil
+}
+
+// qVisible is Visible's lookup: qFile without the record.
+const qVisible = `SELECT 1 FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`
+
 // FileBytes implements index.Raw.
 func (db *DB) FileBytes(ctx context.Context, h hash.Hash, scope string) ([]byte, error) {
 	if err := db.read(); err != nil {
