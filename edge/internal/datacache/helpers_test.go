@@ -184,3 +184,25 @@ func mustRead(t testing.TB, c *Cache, o object, start, end int64) {
 		t.Fatalf("ReadBytes [%d,%d): wrong bytes", start, end)
 	}
 }
+
+// labelled returns the value of the counter name{reason=reason} in reg (0 when absent).
+func labelled(t testing.TB, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "reason" && lp.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
