@@ -23,7 +23,8 @@ type dataSource struct {
 func openData(ctx context.Context, cfg *config.Config, client *originapi.Client, log *slog.Logger, reg prometheus.Registerer) (*dataSource, error) {
 	c, err := datacache.Open(ctx, datacache.Options{Dir: cfg.Cache.DataDir, MaxBytes: cfg.Cache.DataBytes,
 		Fetcher: client, FillTimeout: cfg.Limits.FillTimeout.D(), BufferMemory: cfg.Cache.FillBufferBytes,
-		Registerer: reg, Logger: log})
+		TimeoutErrors: []error{originapi.ErrTimeout},
+		Registerer:    reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,9 @@ type Options struct {
 	// wait for a buffer beyond it); DefaultBufferMemory when zero. Readers read verified bytes
 	// from the fill's file, not from these buffers.
 	BufferMemory int64
+	// TimeoutErrors are the Fetcher's errors that mean "the origin was too slow" (counted under
+	// reason "timeout"; context.DeadlineExceeded always is).
+	TimeoutErrors []error
 	// Registerer receives the xet_edge_datacache_* metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

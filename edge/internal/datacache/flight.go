@@ -237,10 +237,11 @@ func (fl *flight) fetch(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		reason := failureReason(err)
+		reason := c.failureReason(err)
 		if attempt == fillAttempts || ctx.Err() != nil {
 			c.pool.put(buf)
 			c.m.fillFailures.WithLabelValues(reason).Inc()
+			c.log.WarnContext(ctx, "fill failed", "segment", fl.k.String(), "verified", v.pos, "attempts", attempt, "err", err)
 			return err
 		}
 		c.m.fillRetries.WithLabelValues(reason).Inc()
@@ -296,7 +297,8 @@ func (fl *flight) bufferSize() int {
 	return max(bufferBytes, int(2*biggest))
 }
 
-func failureReason(err error) string {
+// failureReason is the metrics label of a failed transfer.
+func (c *Cache) failureReason(err error) string {
 	switch {
 	case errors.Is(err, ErrCorrupt):
 		return "corrupt"
@@ -304,6 +306,11 @@ func failureReason(err error) string {
 		return "short"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
+	}
+	for _, t := range c.o.TimeoutErrors {
+		if errors.Is(err, t) {
+			return "timeout"
+		}
 	}
 	return "error"
 }
