@@ -1,13 +1,21 @@
 // Package datacache is the edge's xorb data cache: serialized chunks of xorbs on local disk,
 // bounded in bytes, filled from the origin and verified before any byte is visible.
 //
-//	ReadBytes(l, start, end) ─► chunk-aligned segments of ~SegmentBytes covering [start, end)
+//	ReadRange(l, start, end) ─► chunk-aligned segments of ~SegmentBytes covering [start, end)
 //	      │ each segment
-//	      ├─ on disk and verified ─────────────────────────────────────────► copy out (hit)
-//	      └─ otherwise ─► singleflight per segment (re-checks the index inside the flight)
-//	                        ├─ on disk, not yet verified since Open ─► VerifyRange ─► copy out
+//	      ├─ on disk and verified ─────────────────────────────────► read the file (hit)
+//	      └─ otherwise ─► the segment's one flight (flight.go), ≤ FillParallelism per Range
+//	                        ├─ on disk, not yet verified since Open ─► verify ─► read the file
 //	                        └─ Fetcher, under context.WithoutCancel + FillTimeout
-//	                             ─► VerifyRange (every chunk) ─► tmp file, fsync, rename ─► copy out
+//	                             ─► pooled receive buffer ─► each chunk verified as it completes
+//	                             ─► appended to the temp file ─► readable at once (stream-through)
+//	                             ─► fsync, rename; a failed transfer resumes at the first
+//	                                unverified chunk (fillAttempts in all)
+//
+// ReadRange returns once the range's first bytes are verified; later bytes are read as their
+// fills verify them. Receive buffers come from a pool with a ceiling (Options.BufferMemory) and
+// are held only while a fill runs: readers read the fill's file, so xorb bytes never sit in the
+// heap for a slow client.
 //
 // Fill granularity: segment k of a xorb is the chunks whose first stored byte lies in
 // [k·SegmentBytes, (k+1)·SegmentBytes), fetched whole. A ranged read therefore pulls at most
@@ -16,10 +24,11 @@
 // concurrent requests with different ranges still collapse onto the same fills.
 //
 // Trust: the layout passed in is trusted (the caller checked l.Verify()). Origin bytes are
-// verified chunk by chunk against it before they are written; a failed or partial fill leaves
-// nothing behind (temp file, fsync, rename). After a restart, a segment file whose size matches
-// its name is indexed but not trusted until its first read re-verifies it against the layout
-// (lazy, so start-up costs one directory scan); a file that fails is removed and refilled.
+// verified chunk by chunk against it before they are written or read; a failed or partial
+// fill leaves nothing behind (temp file, removed on failure; fsync and rename on success).
+// After a restart, a segment file whose size matches its name is indexed but not trusted until
+// its first read re-verifies it against the layout (lazy, so start-up costs one directory
+// scan); a file that fails is removed and refilled.
 // Bytes verified by this process are then served from disk without hashing again.
 //
 // Eviction is LRU over segment files, accounted in their byte lengths; the index lives in
@@ -98,11 +107,11 @@ type Options struct {
 
 // Cache is the verified on-disk xorb byte cache. It is safe for concurrent use.
 type Cache struct {
-	o     Options
-	log   *slog.Logger
-	idx   *index
-	m     *metrics
-	pool  *pool
+	o    Options
+	log  *slog.Logger
+	idx  *index
+	m    *metrics
+	pool *pool
 
 	// closing is cancelled by Close and stops running fills; mu guards closed and the
 	// start of fills so that Close can wait for all of them.
@@ -293,4 +302,3 @@ func (c *Cache) openCached(h hash.Hash, s span) *os.File {
 	}
 	return f
 }
-
