@@ -308,6 +308,7 @@ func TestEvictionKeepsBudget(t *testing.T) {
 	c, reg := testCache(t, dir, f, int64(budget), testSegment)
 	for _, s := range segs {
 		mustRead(t, c, o, s.start, s.end)
+		c.fills.Wait() // committed (and evicted) just after its last bytes were read
 		if _, onDisk := segmentFiles(t, dir); onDisk > int64(budget) {
 			t.Fatalf("%d bytes on disk, budget %d", onDisk, budget)
 		}
