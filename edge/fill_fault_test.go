@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -218,4 +219,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestColdClientsShareOneOriginTransfer: 16 clients asking a cold edge for the same xorb range
+// at once cause one origin transfer of its bytes (xet_edge_origin_xorb_bytes_total ≤ 1.05 ×
+// the range), and all get the right bytes.
+func TestColdClientsShareOneOriginTransfer(t *testing.T) {
+	const scope = "models/acme/cold-collapse"
+	o := startOrigin(t, t.TempDir())
+	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
+	fx := upload(t, o, w, 42, 1, 600) // one xorb of ~5 MiB: several segments
+	get := func(u string) (int, []byte) { return call(t, "GET", u, r, nil) }
+	of := xfertest.Fetches(t, get, o.url, fx.hash)[0]
+	st, want, _ := xfertest.BoundedGet(t, http.DefaultClient, of.URL, of.Range(), of.Len()+1)
+	if st != http.StatusPartialContent || uint64(len(want)) != of.Len() {
+		t.Fatalf("origin transfer: %d, %d bytes", st, len(want))
+	}
+	e := startEdge(t, o, t.TempDir())
+	ef := edgeFetches(t, e, r, fx.hash)[0]
+
+	const clients = 16
+	var wg sync.WaitGroup
+	errs := make(chan string, clients)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := fetchAll(insecureClient(), ef)
+			if err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Sprintf("client got %d bytes, %v", len(got), err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	origin := e.metric(t, "xet_edge_origin_xorb_bytes_total")
+	if origin > 1.05*float64(len(want)) || origin < float64(len(want)) {
+		t.Fatalf("%d clients: %v bytes from the origin for a %d-byte range, want one transfer (≤ 1.05×)", clients, origin, len(want))
+	}
+	t.Logf("%d clients, %d bytes each: %v bytes from the origin (%.3f×)", clients, len(want), origin, origin/float64(len(want)))
 }
