@@ -13,6 +13,12 @@
 # same file; every round starts a new edge per revision and per protocol, so each edge download
 # is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
 # issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK.
+#
+# CLIENTS=N (default 0: off) adds two bursts per revision after the rounds, each on a fresh edge
+# over plain HTTP: N clients downloading N different random files of BURST_MB (64) at once —
+# edge peak RSS (VmRSS sampled every 0.2 s, and VmHWM) and RSS 30 s after the last download
+# ended — and N clients downloading the same file at once — origin egress to the edge
+# (xet_edge_origin_xorb_bytes_total) divided by the file's size.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SIZE_MB=${SIZE_MB:-256} ROUNDS=${ROUNDS:-3} P=${PORT_BASE:-29900}
@@ -25,7 +31,8 @@ revs=("$@")
 pids=()
 trees=()
 cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# The edges run inside command substitutions: their pids are in files.
+	for p in "${pids[@]}" $(cat "$WORK"/*/edge.pid 2>/dev/null); do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	for t in "${trees[@]}"; do git -C "$ROOT" worktree remove --force "$t" 2>/dev/null || true; done
 	[ "${KEEP:-}" = 1 ] || rm -rf "$WORK"
@@ -39,8 +46,10 @@ up() {
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; } # CLK_TCK = 100 on Linux
 hwm() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status"; }
 
+CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64}
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/rand.bin"
-declare -A origin etok rtok file
+for ((c = 0; c < CLIENTS; c++)); do head -c $((BURST_MB << 20)) /dev/urandom >"$WORK/burst$c.bin"; done
+declare -A origin etok rtok file burst
 i=0
 for rev in "${revs[@]}"; do
 	n=r$i
@@ -64,6 +73,10 @@ for rev in "${revs[@]}"; do
 	file[$n]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/rand.bin" |
 		sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
 	[ -n "${file[$n]}" ] || { log "$rev: upload printed no file_hash"; exit 1; }
+	for ((c = 0; c < CLIENTS; c++)); do
+		burst[$n,$c]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/burst$c.bin" |
+			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
+	done
 	log "$n = $rev: origin ${origin[$n]}, file ${file[$n]}"
 	i=$((i + 1))
 done
@@ -103,6 +116,7 @@ cold() {
 	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
 		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "$pub" >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$!
+	echo "$pid" >"$WORK/$n/edge.pid"
 	up "https://127.0.0.1:$e"
 	up "http://127.0.0.1:$h"
 	local c0 res c1 peak
@@ -117,6 +131,52 @@ cold() {
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
 	echo "$res edge_cpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') edge_hwm_mb=$peak"
+}
+
+rss() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$1/status"; }
+
+# burst NAME same|different: a fresh edge, CLIENTS downloads through it at once; prints a line.
+burst() {
+	local n=$1 kind=$2 e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3))
+	local dir=$WORK/$n/edge
+	rm -rf "$dir"
+	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "http://127.0.0.1:$h" \
+		--admin-listen "127.0.0.1:$a" >"$WORK/$n/edge.log" 2>&1 &
+	local pid=$! dls=() peak=0 c f st=0 r
+	echo "$pid" >"$WORK/$n/edge.pid"
+	up "http://127.0.0.1:$h"
+	for ((c = 0; c < CLIENTS; c++)); do
+		f=${burst[$n,$c]}
+		[ "$kind" = same ] && f=${burst[$n,0]}
+		"$WORK/$n/xet" download --endpoint "http://127.0.0.1:$h" --token "${rtok[$n]}" --hash "$f" \
+			--size $((BURST_MB << 20)) -o - >/dev/null 2>"$WORK/burst$c.err" &
+		dls+=($!)
+	done
+	local t0
+	t0=$(date +%s.%N)
+	while :; do
+		r=$(rss "$pid")
+		[ "$r" -gt "$peak" ] && peak=$r
+		local alive=0
+		for d in "${dls[@]}"; do kill -0 "$d" 2>/dev/null && alive=1; done
+		[ $alive = 1 ] || break
+		sleep 0.2
+	done
+	for d in "${dls[@]}"; do wait "$d" || st=1; done
+	[ $st = 0 ] || { log "a burst download failed"; cat "$WORK"/burst*.err >&2; exit 1; }
+	local wall
+	wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+	local egress
+	egress=$(curl -s "http://127.0.0.1:$a/metrics" | awk '$1 == "xet_edge_origin_xorb_bytes_total" {print $2}')
+	local after=""
+	if [ "$kind" = different ]; then
+		sleep 30
+		after=" rss_30s_after_mb=$(rss "$pid")"
+	fi
+	echo "clients=$CLIENTS wall=$wall edge_peak_rss_mb=$peak edge_hwm_mb=$(hwm "$pid")$after origin_egress_per_file=$(awk -v e="$egress" -v s=$((BURST_MB << 20)) -v k="$kind" -v c="$CLIENTS" 'BEGIN {printf "%.3f", (k == "same") ? e / s : e / (s * c)}')"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
 }
 
 log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}"
@@ -137,6 +197,14 @@ for r in $(seq "$ROUNDS"); do
 		echo "$n edge-tls $(cold "$n" tls)"
 	done | tee -a "$out"
 done
+
+if [ "$CLIENTS" -gt 0 ]; then
+	for n in "${names[@]}"; do
+		echo "== burst $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo "$n burst-different $(burst "$n" different)"
+		echo "$n burst-same $(burst "$n" same)"
+	done | tee -a "$WORK/bursts.txt"
+fi
 
 echo "== medians over $ROUNDS rounds (edge/origin ratios per revision)"
 for ((j = 0; j < ${#revs[@]}; j++)); do echo "r$j = ${revs[$j]}"; done
