@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -97,6 +98,9 @@ type Options struct {
 	// wait for a buffer beyond it); DefaultBufferMemory when zero. Readers read verified bytes
 	// from the fill's file, not from these buffers.
 	BufferMemory int64
+	// PrefetchSegments bounds the read-ahead fills (Prefetch) running at once;
+	// DefaultPrefetchSegments when zero.
+	PrefetchSegments int
 	// TimeoutErrors are the Fetcher's errors that mean "the origin was too slow" (counted under
 	// reason "timeout"; context.DeadlineExceeded always is).
 	TimeoutErrors []error
@@ -112,6 +116,7 @@ type Cache struct {
 	idx  *index
 	m    *metrics
 	pool *pool
+	pre  prefetcher
 
 	// closing is cancelled by Close and stops running fills; mu guards closed and the
 	// start of fills so that Close can wait for all of them.
@@ -133,6 +138,9 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if o.SegmentBytes < 0 || o.FillTimeout < 0 || o.FillParallelism < 0 || o.BufferMemory < 0 {
 		return nil, errors.New("datacache: SegmentBytes, FillTimeout, FillParallelism and BufferMemory must not be negative")
 	}
+	if o.PrefetchSegments <= 0 {
+		o.PrefetchSegments = DefaultPrefetchSegments
+	}
 	if o.BufferMemory == 0 {
 		o.BufferMemory = DefaultBufferMemory
 	}
@@ -149,7 +157,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes), pool: newPool(o.BufferMemory),
-		flights: make(map[key]*flight)}
+		flights: make(map[key]*flight), pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {
 		return nil, fmt.Errorf("datacache: open %s: %w", o.Dir, err)
@@ -263,7 +271,7 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 			}
 			return
 		}
-		fl, err := c.acquire(l, segs[i])
+		fl, err := c.acquire(l, segs[i], true)
 		if err != nil {
 			pt.err = err
 			close(pt.rdy)

@@ -297,3 +297,54 @@ func TestBufferCeiling(t *testing.T) {
 		t.Fatalf("buffer_bytes %v after the fills ended, want 0", v)
 	}
 }
+
+// TestPrefetch: read-ahead fills the missing segments of a range once, in the background; a
+// read afterwards is a hit; read-ahead beyond its bound is skipped, not queued.
+func TestPrefetch(t *testing.T) {
+	o := buildXorb(t, 26, 200, 2<<10, 6<<10)
+	f := newFakeFetcher(o)
+	c, reg := testCache(t, t.TempDir(), f, 1<<30, testSegment)
+	start, end := chunkRange(o.l, 0, o.l.NumChunks())
+	r, _ := requestSpan(o.l, start, end)
+	nsegs := len(segments(o.l, r, testSegment))
+	n, err := c.Prefetch(o.l, start, end)
+	if err != nil || n != nsegs {
+		t.Fatalf("Prefetch = %d, %v; want %d fills", n, err, nsegs)
+	}
+	c.fills.Wait()
+	if total, perKey, _ := f.counts(); total != nsegs || perKey != 1 {
+		t.Fatalf("%d origin transfers (max %d per segment), want one per segment (%d)", total, perKey, nsegs)
+	}
+	mustRead(t, c, o, start, end)
+	if total, _, _ := f.counts(); total != nsegs {
+		t.Fatal("the read after read-ahead fetched again")
+	}
+	if h, m := metric(t, reg, "xet_edge_datacache_hits_total"), metric(t, reg, "xet_edge_datacache_misses_total"); h != float64(nsegs) || m != 0 {
+		t.Fatalf("hits %v misses %v, want %d hits and no miss after read-ahead", h, m, nsegs)
+	}
+	if n, _ := c.Prefetch(o.l, start, end); n != 0 || labelled2(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached") != float64(nsegs) {
+		t.Fatalf("Prefetch of a cached range started %d fills", n)
+	}
+
+	// At its bound: with every read-ahead slot held by held fills, more is skipped.
+	o2 := buildXorb(t, 27, 200, 2<<10, 6<<10)
+	f2 := newFakeFetcher(o2)
+	f2.gate = make(chan struct{})
+	reg2 := prometheus.NewRegistry()
+	c2, err := Open(context.Background(), Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fetcher: f2,
+		SegmentBytes: testSegment, PrefetchSegments: 2, Registerer: reg2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2, e2 := chunkRange(o2.l, 0, o2.l.NumChunks())
+	r2, _ := requestSpan(o2.l, s2, e2)
+	n2 := len(segments(o2.l, r2, testSegment))
+	if n, err := c2.Prefetch(o2.l, s2, e2); err != nil || n != 2 {
+		t.Fatalf("Prefetch at a bound of 2 = %d, %v", n, err)
+	}
+	if v := labelled2(t, reg2, "xet_edge_datacache_prefetch_total", "result", "skipped"); v != float64(n2-2) {
+		t.Fatalf("skipped %v, want %d", v, n2-2)
+	}
+	close(f2.gate)
+}

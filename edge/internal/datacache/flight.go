@@ -49,8 +49,13 @@ type flight struct {
 const fillAttempts = 3
 
 // acquire returns the running flight of segment s, or starts one. The caller holds one
-// reference and releases it with release.
-func (c *Cache) acquire(l *xorb.Layout, s span) (*flight, error) {
+// reference and releases it with release. read: the caller is a read (counted as a hit or a
+// miss when the flight ends), not read-ahead.
+func (c *Cache) acquire(l *xorb.Layout, s span, read bool) (*flight, error) {
+	joined := 0
+	if read {
+		joined = 1
+	}
 	k := key{h: l.Hash, start: s.start, len: s.len()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -60,11 +65,11 @@ func (c *Cache) acquire(l *xorb.Layout, s span) (*flight, error) {
 	if fl := c.flights[k]; fl != nil {
 		fl.mu.Lock()
 		fl.refs++
-		fl.joined++
+		fl.joined += joined
 		fl.mu.Unlock()
 		return fl, nil
 	}
-	fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: 1}
+	fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: joined}
 	c.flights[k] = fl
 	c.fills.Add(1)
 	c.m.inFlight.Inc()

@@ -252,3 +252,25 @@ func labelled(t testing.TB, reg *prometheus.Registry, name, reason string) float
 	}
 	return 0
 }
+
+// labelled2 returns the value of the counter name{label=value} in reg (0 when absent).
+func labelled2(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

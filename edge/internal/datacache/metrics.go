@@ -16,6 +16,7 @@ type metrics struct {
 	inFlight           prometheus.Gauge
 	fillSeconds        prometheus.Histogram
 	missFirstByte      prometheus.Histogram
+	prefetch           *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, x *index, p *pool) *metrics {
@@ -45,6 +46,9 @@ func newMetrics(reg prometheus.Registerer, x *index, p *pool) *metrics {
 		fillSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xet_edge_datacache_fill_duration_seconds",
 			Help:    "Duration of fills from the origin, from start to the segment committed.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		prefetch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_datacache_prefetch_total",
+			Help: "Segments asked for by read-ahead (Prefetch), by result: started (a fill started or joined), cached, skipped (read-ahead at its bound)."},
+			[]string{"result"}),
 		missFirstByte: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xet_edge_datacache_miss_first_byte_seconds",
 			Help:    "Time from a ReadRange that missed to its first verified byte.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
@@ -52,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, x *index, p *pool) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.hits, m.misses, m.fills, m.fillBytes, m.served, m.evictions,
 			m.verifyFailures, m.diskVerifyFailures, m.storeErrors, m.fillRetries, m.fillFailures,
-			m.inFlight, m.fillSeconds, m.missFirstByte,
+			m.inFlight, m.fillSeconds, m.missFirstByte, m.prefetch,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xet_edge_datacache_bytes",
 				Help: "Bytes of segment files in the cache."},
 				func() float64 { return float64(x.bytes()) }),
