@@ -53,6 +53,15 @@ func newMetrics(reg prometheus.Registerer, x *index, p *pool) *metrics {
 			Help:    "Time from a ReadRange that missed to its first verified byte.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
 	}
+	// Every label value exists from the start, so rates and the ops checks see zeros, not nothing.
+	for _, r := range []string{"corrupt", "short", "timeout", "error"} {
+		m.fillRetries.WithLabelValues(r)
+		m.fillFailures.WithLabelValues(r)
+	}
+	m.fillFailures.WithLabelValues("disk")
+	for _, r := range []string{"started", "cached", "skipped"} {
+		m.prefetch.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.hits, m.misses, m.fills, m.fillBytes, m.served, m.evictions,
 			m.verifyFailures, m.diskVerifyFailures, m.storeErrors, m.fillRetries, m.fillFailures,
