@@ -327,7 +327,8 @@ type verifier struct {
 	fl    *flight
 	out   *os.File
 	buf   []byte
-	n     int    // bytes in buf, beginning at stored offset s.start+pos
+	off   int    // start of the unverified bytes in buf, at stored offset s.start+pos
+	n     int    // end of the bytes in buf
 	pos   int64  // verified bytes so far, relative to the segment start
 	chunk uint32 // first unverified chunk
 }
@@ -339,13 +340,19 @@ func (fl *flight) newVerifier(out *os.File, buf []byte) *verifier {
 func (v *verifier) done() bool { return v.chunk == v.fl.s.b }
 
 // resetBuffer forgets unverified bytes of an earlier attempt.
-func (v *verifier) resetBuffer() { v.n = 0 }
+func (v *verifier) resetBuffer() { v.off, v.n = 0, 0 }
 
 // copyFrom reads r until the segment is complete, EOF or an error, verifying and publishing as
 // chunks complete. Bytes past the segment's end are an error (a misbehaving origin).
 func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 	fl := v.fl
 	for !v.done() {
+		if len(v.buf)-v.n < len(v.buf)/2 && v.off > 0 {
+			// Move the incomplete chunk to the front only when half the buffer is used up,
+			// not after every read (the buffer holds twice the largest chunk).
+			v.n = copy(v.buf, v.buf[v.off:v.n])
+			v.off = 0
+		}
 		if v.n == len(v.buf) {
 			return fmt.Errorf("%w: xorb %s chunk %d does not fit the receive buffer", ErrCorrupt, fl.l.Hash, v.chunk)
 		}
@@ -361,7 +368,7 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 		}
 		if err == io.EOF {
 			if !v.done() {
-				return fmt.Errorf("datacache: xorb %s: answer ended %d bytes short: %w", fl.l.Hash, fl.s.len()-v.pos-int64(v.n), io.ErrUnexpectedEOF)
+				return fmt.Errorf("datacache: xorb %s: answer ended %d bytes short: %w", fl.l.Hash, fl.s.len()-v.pos-int64(v.n-v.off), io.ErrUnexpectedEOF)
 			}
 			break
 		}
@@ -372,8 +379,8 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 			return context.Cause(ctx)
 		}
 	}
-	if v.n > 0 {
-		return fmt.Errorf("%w: xorb %s: %d bytes past the requested range", ErrCorrupt, fl.l.Hash, v.n)
+	if v.n > v.off {
+		return fmt.Errorf("%w: xorb %s: %d bytes past the requested range", ErrCorrupt, fl.l.Hash, v.n-v.off)
 	}
 	return nil
 }
@@ -381,9 +388,9 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 // verifyComplete verifies the chunks complete in buf, writes them out and publishes them.
 func (v *verifier) verifyComplete() error {
 	fl := v.fl
-	base := fl.s.start + v.pos // stored offset of buf[0]
+	base := fl.s.start + v.pos // stored offset of buf[off]
 	end := v.chunk
-	for end < fl.s.b && int64(fl.l.StoredEnds[end]) <= base+int64(v.n) {
+	for end < fl.s.b && int64(fl.l.StoredEnds[end]) <= base+int64(v.n-v.off) {
 		end++
 	}
 	if end == v.chunk {
@@ -391,18 +398,22 @@ func (v *verifier) verifyComplete() error {
 	}
 	cs, ce := fl.l.ByteRange(v.chunk, end)
 	m := int(ce - cs)
-	if err := xorb.VerifyRange(v.buf[:m], fl.l, v.chunk, end); err != nil {
+	data := v.buf[v.off : v.off+m]
+	if err := xorb.VerifyRange(data, fl.l, v.chunk, end); err != nil {
 		if v.out != nil {
 			fl.c.m.verifyFailures.Inc()
 		}
 		return fmt.Errorf("%w: xorb %s chunks [%d,%d): %w", ErrCorrupt, fl.l.Hash, v.chunk, end, err)
 	}
 	if v.out != nil {
-		if _, err := v.out.WriteAt(v.buf[:m], v.pos); err != nil {
+		if _, err := v.out.WriteAt(data, v.pos); err != nil {
 			return fmt.Errorf("datacache: write fill of xorb %s: %w", fl.l.Hash, err)
 		}
 	}
-	v.n = copy(v.buf, v.buf[m:v.n])
+	v.off += m
+	if v.off == v.n {
+		v.off, v.n = 0, 0
+	}
 	v.pos += int64(m)
 	v.chunk = end
 	pos := v.pos
