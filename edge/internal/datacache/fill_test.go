@@ -348,3 +348,39 @@ func TestPrefetch(t *testing.T) {
 	}
 	close(f2.gate)
 }
+
+// TestCloseStopsFills: Close ends a fill that is waiting on the origin (within a bound, not
+// after FillTimeout), and its reader gets an error.
+func TestCloseStopsFills(t *testing.T) {
+	o := buildXorb(t, 28, 40, 2<<10, 6<<10)
+	f := newFakeFetcher(o)
+	f.gate = make(chan struct{}) // never opened: the fetch waits for its context
+	f.entered = make(chan fetchKey, 10)
+	c, err := Open(context.Background(), Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fetcher: f,
+		FillTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, end := chunkRange(o.l, 0, o.l.NumChunks())
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.ReadBytes(context.Background(), o.l, start, end)
+		read <- err
+	}()
+	<-f.entered
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		t.Fatal("Close did not stop a running fill")
+	}
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Fatal("the reader of a fill stopped by Close got no error")
+		}
+	case <-time.After(wait):
+		t.Fatal("the reader of a stopped fill still waits")
+	}
+}

@@ -121,12 +121,13 @@ func (fl *flight) wait(ctx context.Context, off int64) (*os.File, int64, error) 
 	}
 }
 
-// run is the fill. It outlives every reader: it runs under context.WithoutCancel with
-// FillTimeout, and Close stops it.
+// run is the fill. It outlives every reader: it runs under FillTimeout on the cache's own
+// context (detached from requests), which Close cancels.
 func (fl *flight) run() {
 	c := fl.c
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.closing), c.o.FillTimeout)
+	// c.closing is already detached from every request; Close cancels it.
+	ctx, cancel := context.WithTimeout(c.closing, c.o.FillTimeout)
 	defer cancel()
 	err := fl.fill(ctx)
 	c.mu.Lock()
