@@ -14,6 +14,12 @@
 # is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
 # issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK.
 #
+# PYTHON=path (e.g. $XETCDN_TEST_PYTHON from the test environment, with hf_xet 1.8.0 installed)
+# adds the same three downloads with the stock hf_xet client (test/interop/hfxet_driver.py, its
+# file download group as huggingface_hub uses it): wall time, edge CPU and RSS; no first byte
+# (hf_xet writes the file itself). Over TLS hf_xet trusts the edge's certificate through
+# SSL_CERT_FILE.
+#
 # CLIENTS=N (default 0: off) adds two bursts per revision after the rounds, each on a fresh edge
 # over plain HTTP: N clients downloading N different random files of BURST_MB (64) at once —
 # edge peak RSS (VmRSS sampled every 0.2 s, and VmHWM) and RSS 30 s after the last download
@@ -106,9 +112,27 @@ download() {
 	awk -v a="$t0" -v b="$(cat "$WORK/first")" -v c="$t1" 'BEGIN {printf "wall=%.2f ttfb=%.3f", c - a, b - a}'
 }
 
-# cold NAME PROTO: a fresh edge, one download through it; prints the measurement line.
+# hfdownload NAME ENDPOINT [CA-FILE]: an hf_xet download; prints "wall=S".
+hfdownload() {
+	local n=$1 ep=$2 ca=${3:-} out=$WORK/out.bin t0 t1
+	rm -f "$out"
+	t0=$(date +%s.%N)
+	if ! SSL_CERT_FILE=${ca:-${SSL_CERT_FILE:-}} "$PYTHON" "$ROOT/test/interop/hfxet_driver.py" download \
+		--endpoint "$ep" --token "${rtok[$n]}" --hash "${file[$n]}" --size $((SIZE_MB << 20)) \
+		-o "$out" >/dev/null 2>"$WORK/dl.err" || ! cmp -s "$out" "$WORK/rand.bin"; then
+		log "hf_xet download from $ep failed or differs"
+		cat "$WORK/dl.err" >&2
+		exit 1
+	fi
+	t1=$(date +%s.%N)
+	rm -f "$out"
+	awk -v a="$t0" -v c="$t1" 'BEGIN {printf "wall=%.2f", c - a}'
+}
+
+# cold NAME PROTO [hf]: a fresh edge, one download through it (with hf_xet when the third
+# argument is hf); prints the measurement line.
 cold() {
-	local n=$1 proto=$2 e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) dir=$WORK/$1/edge
+	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) dir=$WORK/$1/edge
 	rm -rf "$dir"
 	local pub=https://127.0.0.1:$e
 	[ "$proto" = tls ] || pub=http://127.0.0.1:$h
@@ -121,7 +145,11 @@ cold() {
 	up "http://127.0.0.1:$h"
 	local c0 res c1 peak
 	c0=$(cpu "$pid")
-	if [ "$proto" = tls ]; then
+	if [ "$client" = hf ] && [ "$proto" = tls ]; then
+		res=$(hfdownload "$n" "https://127.0.0.1:$e" "$dir/tls/cert.pem")
+	elif [ "$client" = hf ]; then
+		res=$(hfdownload "$n" "http://127.0.0.1:$h")
+	elif [ "$proto" = tls ]; then
 		res=$(download "$n" "https://127.0.0.1:$e" --insecure)
 	else
 		res=$(download "$n" "http://127.0.0.1:$h")
@@ -195,6 +223,11 @@ for r in $(seq "$ROUNDS"); do
 		echo "$n origin $(download "$n" "${origin[$n]}")"
 		echo "$n edge-plain $(cold "$n" plain)"
 		echo "$n edge-tls $(cold "$n" tls)"
+		if [ -n "${PYTHON:-}" ]; then
+			echo "$n hf-origin $(hfdownload "$n" "${origin[$n]}")"
+			echo "$n hf-edge-plain $(cold "$n" plain hf)"
+			echo "$n hf-edge-tls $(cold "$n" tls hf)"
+		fi
 	done | tee -a "$out"
 done
 
@@ -217,7 +250,7 @@ function median(key,   m, a, b, t, s) {
 	for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (s[b] < s[a]) { t = s[a]; s[a] = s[b]; s[b] = t }
 	return (m % 2) ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2
 }
-$2 ~ /^(origin|edge-)/ {
+$2 ~ /^(origin|edge-|hf-)/ {
 	for (f = 3; f <= NF; f++) { split($f, kv, "="); add($1 " " $2 " " kv[1], kv[2] + 0) }
 	revs[$1] = 1
 }
@@ -227,5 +260,7 @@ END {
 		pr = (p == 1) ? "edge-plain" : "edge-tls"
 		printf "%s %-10s wall/origin %.2f  ttfb/origin %.2f\n", r, pr,
 			median(r " " pr " wall") / median(r " origin wall"), median(r " " pr " ttfb") / median(r " origin ttfb")
+		if (n[r " hf-origin wall"])
+			printf "%s hf-%-7s wall/origin %.2f\n", r, pr, median(r " hf-" pr " wall") / median(r " hf-origin wall")
 	}
 }' "$out"
