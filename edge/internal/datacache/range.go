@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 )
 
 // Range streams verified bytes returned by Cache.ReadRange. It is not safe for concurrent use;
@@ -19,7 +20,7 @@ type Range struct {
 	left   int64 // bytes not yet read
 	// launched is closed when the launcher has given every missed part its flight (or gave up).
 	launched chan struct{}
-	copyBuf  []byte // WriteTo's buffer for flight parts
+	copyBuf  *[]byte // WriteTo's buffer for flight parts, from copyBufs
 }
 
 // part is one segment's share of a Range: a section of an open cache file, or of a fill.
@@ -145,13 +146,13 @@ func (r *Range) WriteTo(w io.Writer) (int64, error) {
 			r.left -= n
 		} else {
 			if r.copyBuf == nil {
-				r.copyBuf = make([]byte, copyBytes)
+				r.copyBuf = copyBufs.Get().(*[]byte)
 			}
 			var m int
-			m, err = r.Read(r.copyBuf)
+			m, err = r.Read(*r.copyBuf)
 			if m > 0 {
 				var wn int
-				wn, err = w.Write(r.copyBuf[:m])
+				wn, err = w.Write((*r.copyBuf)[:m])
 				n = int64(wn)
 			}
 		}
@@ -163,8 +164,11 @@ func (r *Range) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
-// copyBytes is WriteTo's copy size for parts being filled.
+// copyBytes is WriteTo's copy size for parts being filled; the buffers are shared through
+// copyBufs (the runtime drops idle ones), not allocated per Range.
 const copyBytes = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBytes); return &b }}
 
 // Close releases the cache files and the Range's hold on running fills (which go on for the
 // other readers and the cache). It is idempotent.
@@ -183,6 +187,10 @@ func (r *Range) Close() error {
 		if pt.fl != nil {
 			pt.fl.release()
 		}
+	}
+	if r.copyBuf != nil {
+		copyBufs.Put(r.copyBuf)
+		r.copyBuf = nil
 	}
 	r.parts = nil
 	r.i = 0
