@@ -9,7 +9,7 @@
 //	                        └─ Fetcher, under context.WithoutCancel + FillTimeout
 //	                             ─► pooled receive buffer ─► each chunk verified as it completes
 //	                             ─► appended to the temp file ─► readable at once (stream-through)
-//	                             ─► fsync, rename; a failed transfer resumes at the first
+//	                             ─► rename; a failed transfer resumes at the first
 //	                                unverified chunk (fillAttempts in all)
 //
 // ReadRange returns once the range's first bytes are verified; later bytes are read as their
@@ -25,7 +25,8 @@
 //
 // Trust: the layout passed in is trusted (the caller checked l.Verify()). Origin bytes are
 // verified chunk by chunk against it before they are written or read; a failed or partial
-// fill leaves nothing behind (temp file, removed on failure; fsync and rename on success).
+// fill leaves nothing behind (temp file, removed on failure; renamed on success, without
+// fsync: see store.go).
 // After a restart, a segment file whose size matches its name is indexed but not trusted until
 // its first read re-verifies it against the layout (lazy, so start-up costs one directory
 // scan); a file that fails is removed and refilled.
