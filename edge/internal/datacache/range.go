@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 )
 
@@ -31,6 +32,9 @@ type part struct {
 	err error         // fill parts: the launch failed
 	off int64         // next offset to read, in the file (file parts) or the segment (fill parts)
 	n   int64         // bytes left in this part
+	// own is this part's own descriptor of the fill's file (ownOf), with its own offset, so
+	// that WriteTo can hand it to sendfile; nil: none (yet, or reopening is not possible).
+	own, ownOf *os.File
 }
 
 var errRangeClosed = errors.New("datacache: read from a closed Range")
@@ -145,16 +149,7 @@ func (r *Range) WriteTo(w io.Writer) (int64, error) {
 			pt.n -= n
 			r.left -= n
 		} else {
-			if r.copyBuf == nil {
-				r.copyBuf = copyBufs.Get().(*[]byte)
-			}
-			var m int
-			m, err = r.Read(*r.copyBuf)
-			if m > 0 {
-				var wn int
-				wn, err = w.Write((*r.copyBuf)[:m])
-				n = int64(wn)
-			}
+			n, err = r.writeFilling(w, pt)
 		}
 		total += n
 		if err != nil {
@@ -162,6 +157,62 @@ func (r *Range) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// writeFilling writes the verified bytes of fill part pt that are on hand (waiting for the
+// first of them). Through a descriptor of its own on the fill's file the bytes go to w's
+// ReadFrom as an *io.LimitedReader over *os.File — sendfile on plain TCP — else they are
+// copied through a pooled buffer.
+func (r *Range) writeFilling(w io.Writer, pt *part) (int64, error) {
+	f, off, avail, err := r.source(pt)
+	if err != nil {
+		return 0, err
+	}
+	if pt.ownOf != f {
+		if pt.own != nil {
+			pt.own.Close()
+		}
+		pt.own, pt.ownOf = reopen(f), f
+	}
+	if pt.own == nil {
+		if r.copyBuf == nil {
+			r.copyBuf = copyBufs.Get().(*[]byte)
+		}
+		m, err := r.Read((*r.copyBuf)[:min(int64(copyBytes), avail)])
+		if m == 0 {
+			return 0, err
+		}
+		wn, err := w.Write((*r.copyBuf)[:m])
+		return int64(wn), err
+	}
+	if _, err := pt.own.Seek(off, io.SeekStart); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, &io.LimitedReader{R: pt.own, N: avail})
+	if err == nil && n < avail {
+		err = io.ErrUnexpectedEOF
+	}
+	pt.off += n
+	pt.n -= n
+	r.left -= n
+	return n, err
+}
+
+// reopen opens f's file again, as a new open file (its own offset), through /proc/self/fd:
+// that works after the file was renamed or unlinked. Nil where it does not work.
+func reopen(f *os.File) *os.File {
+	if f == nil {
+		return nil
+	}
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var g *os.File
+	_ = sc.Control(func(fd uintptr) {
+		g, _ = os.Open("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
+	})
+	return g
 }
 
 // copyBytes is WriteTo's copy size for parts being filled; the buffers are shared through
@@ -183,6 +234,9 @@ func (r *Range) Close() error {
 	for _, pt := range r.parts {
 		if pt.f != nil {
 			pt.f.Close()
+		}
+		if pt.own != nil {
+			pt.own.Close()
 		}
 		if pt.fl != nil {
 			pt.fl.release()
