@@ -22,7 +22,9 @@ type dataSource struct {
 // openData opens the verified on-disk xorb cache, filled from the origin's internal xorb route.
 func openData(ctx context.Context, cfg *config.Config, client *originapi.Client, log *slog.Logger, reg prometheus.Registerer) (*dataSource, error) {
 	c, err := datacache.Open(ctx, datacache.Options{Dir: cfg.Cache.DataDir, MaxBytes: cfg.Cache.DataBytes,
-		Fetcher: client, FillTimeout: cfg.Limits.FillTimeout.D(), Registerer: reg, Logger: log})
+		Fetcher: client, FillTimeout: cfg.Limits.FillTimeout.D(), BufferMemory: cfg.Cache.FillBufferBytes,
+		TimeoutErrors: []error{originapi.ErrTimeout},
+		Registerer:    reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,13 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	cfg, err := config.Load(args, getenv)
 	if err != nil {
 		return nil, err
+	}
+	if limit := cfg.Limits.MemoryLimit; limit >= 0 {
+		if limit == 0 {
+			limit = cfg.MemoryBudget()
+		}
+		debug.SetMemoryLimit(limit) // docs/edge.md "Memory"
+		log.Info("memory limit set", "bytes", limit)
 	}
 	client, err := originapi.New(originapi.Options{BaseURL: cfg.Origin, Token: cfg.OriginToken,
 		Timeout: cfg.Limits.OriginTimeout.D(), Registerer: reg})

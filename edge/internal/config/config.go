@@ -71,6 +71,9 @@ type Cache struct {
 	// < 0 no encoded answers; a negative one adds nothing to the sum.
 	PlanBytes   int64 `json:"plan_bytes"`
 	AnswerBytes int64 `json:"answer_bytes"`
+	// FillBufferBytes is the ceiling on the receive buffers of the data cache's fills from the
+	// origin (datacache.Options.BufferMemory); fills beyond it wait for a buffer.
+	FillBufferBytes int64 `json:"fill_buffer_bytes"`
 }
 
 // Auth configures keys and lifetimes.
@@ -102,6 +105,21 @@ type Limits struct {
 	IdleTimeout         Duration `json:"idle_timeout"`
 	ReadHeaderTimeout   Duration `json:"read_header_timeout"`
 	MaxStreams          int      `json:"max_streams"`
+	// MemoryLimit is the Go runtime's soft memory limit (debug.SetMemoryLimit) in bytes: the
+	// collector works harder, and returns memory to the system sooner, as the heap nears it.
+	// 0 = MemoryBudget() (the caches' budgets plus the working set); negative = no limit.
+	MemoryLimit int64 `json:"memory_limit"`
+}
+
+// WorkingSetBytes is the memory an edge needs besides its caches' budgets and fill buffers
+// (connections, request handling, the runtime), docs/edge.md "Memory".
+const WorkingSetBytes = 128 << 20
+
+// MemoryBudget is the memory an edge is allowed to grow to: the metadata and answer caches'
+// budgets, the fill buffers' ceiling and WorkingSetBytes.
+func (c *Config) MemoryBudget() int64 {
+	return c.Cache.MetaBytes + max(c.Cache.PlanBytes, 0) + max(c.Cache.AnswerBytes, 0) +
+		c.Cache.FillBufferBytes + WorkingSetBytes
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -120,6 +138,8 @@ func Default() Config {
 			VisibilityTTL: Duration(30 * time.Second),
 			PlanBytes:     server.DefaultPlanCacheBytes,
 			AnswerBytes:   server.DefaultAnswerCacheBytes,
+			// 64 fills at once (datacache.DefaultBufferMemory).
+			FillBufferBytes: 32 << 20,
 		},
 		Auth: Auth{
 			TransferURLTTL: Duration(time.Hour),
@@ -286,6 +306,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Cache.MetaEntries < 1 {
 		bad("cache.meta_entries must be positive")
+	}
+	if c.Cache.FillBufferBytes < 1<<20 {
+		bad("cache.fill_buffer_bytes %d is below 1 MiB", c.Cache.FillBufferBytes)
 	}
 	if c.Cache.DataBytes < 64<<20 {
 		bad("cache.data_bytes %d is below one xorb (64 MiB)", c.Cache.DataBytes)

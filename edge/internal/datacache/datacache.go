@@ -1,13 +1,21 @@
 // Package datacache is the edge's xorb data cache: serialized chunks of xorbs on local disk,
 // bounded in bytes, filled from the origin and verified before any byte is visible.
 //
-//	ReadBytes(l, start, end) ─► chunk-aligned segments of ~SegmentBytes covering [start, end)
+//	ReadRange(l, start, end) ─► chunk-aligned segments of ~SegmentBytes covering [start, end)
 //	      │ each segment
-//	      ├─ on disk and verified ─────────────────────────────────────────► copy out (hit)
-//	      └─ otherwise ─► singleflight per segment (re-checks the index inside the flight)
-//	                        ├─ on disk, not yet verified since Open ─► VerifyRange ─► copy out
+//	      ├─ on disk and verified ─────────────────────────────────► read the file (hit)
+//	      └─ otherwise ─► the segment's one flight (flight.go), ≤ FillParallelism per Range
+//	                        ├─ on disk, not yet verified since Open ─► verify ─► read the file
 //	                        └─ Fetcher, under context.WithoutCancel + FillTimeout
-//	                             ─► VerifyRange (every chunk) ─► tmp file, fsync, rename ─► copy out
+//	                             ─► pooled receive buffer ─► each chunk verified as it completes
+//	                             ─► appended to the temp file ─► readable at once (stream-through)
+//	                             ─► rename; a failed transfer resumes at the first
+//	                                unverified chunk (fillAttempts in all)
+//
+// ReadRange returns once the range's first bytes are verified; later bytes are read as their
+// fills verify them. Receive buffers come from a pool with a ceiling (Options.BufferMemory) and
+// are held only while a fill runs: readers read the fill's file, so xorb bytes never sit in the
+// heap for a slow client.
 //
 // Fill granularity: segment k of a xorb is the chunks whose first stored byte lies in
 // [k·SegmentBytes, (k+1)·SegmentBytes), fetched whole. A ranged read therefore pulls at most
@@ -16,10 +24,12 @@
 // concurrent requests with different ranges still collapse onto the same fills.
 //
 // Trust: the layout passed in is trusted (the caller checked l.Verify()). Origin bytes are
-// verified chunk by chunk against it before they are written; a failed or partial fill leaves
-// nothing behind (temp file, fsync, rename). After a restart, a segment file whose size matches
-// its name is indexed but not trusted until its first read re-verifies it against the layout
-// (lazy, so start-up costs one directory scan); a file that fails is removed and refilled.
+// verified chunk by chunk against it before they are written or read; a failed or partial
+// fill leaves nothing behind (temp file, removed on failure; renamed on success, without
+// fsync: see store.go).
+// After a restart, a segment file whose size matches its name is indexed but not trusted until
+// its first read re-verifies it against the layout (lazy, so start-up costs one directory
+// scan); a file that fails is removed and refilled.
 // Bytes verified by this process are then served from disk without hashing again.
 //
 // Eviction is LRU over segment files, accounted in their byte lengths; the index lives in
@@ -37,8 +47,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/singleflight"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -83,9 +92,19 @@ type Options struct {
 	// FillTimeout bounds one fill (one origin transfer, which may serve many callers); it runs
 	// regardless of the callers' contexts. DefaultFillTimeout when zero.
 	FillTimeout time.Duration
-	// FillParallelism is how many segments one ReadBytes fills at once;
+	// FillParallelism is how many segments one ReadRange has filling at once;
 	// DefaultFillParallelism when zero.
 	FillParallelism int
+	// BufferMemory is the ceiling on the receive buffers of all running fills together (fills
+	// wait for a buffer beyond it); DefaultBufferMemory when zero. Readers read verified bytes
+	// from the fill's file, not from these buffers.
+	BufferMemory int64
+	// PrefetchSegments bounds the read-ahead fills (Prefetch) running at once;
+	// DefaultPrefetchSegments when zero.
+	PrefetchSegments int
+	// TimeoutErrors are the Fetcher's errors that mean "the origin was too slow" (counted under
+	// reason "timeout"; context.DeadlineExceeded always is).
+	TimeoutErrors []error
 	// Registerer receives the xet_edge_datacache_* metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -93,11 +112,12 @@ type Options struct {
 
 // Cache is the verified on-disk xorb byte cache. It is safe for concurrent use.
 type Cache struct {
-	o     Options
-	log   *slog.Logger
-	idx   *index
-	m     *metrics
-	group singleflight.Group
+	o    Options
+	log  *slog.Logger
+	idx  *index
+	m    *metrics
+	pool *pool
+	pre  prefetcher
 
 	// closing is cancelled by Close and stops running fills; mu guards closed and the
 	// start of fills so that Close can wait for all of them.
@@ -106,6 +126,7 @@ type Cache struct {
 	mu      sync.Mutex
 	closed  bool
 	fills   sync.WaitGroup
+	flights map[key]*flight // running fills, by segment; guarded by mu
 }
 
 // Open prepares o.Dir (removing unfinished fills) and indexes the segment files a previous run
@@ -115,8 +136,14 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if o.Dir == "" || o.MaxBytes <= 0 || o.Fetcher == nil {
 		return nil, errors.New("datacache: Dir, MaxBytes > 0 and Fetcher are required")
 	}
-	if o.SegmentBytes < 0 || o.FillTimeout < 0 || o.FillParallelism < 0 {
-		return nil, errors.New("datacache: SegmentBytes, FillTimeout and FillParallelism must not be negative")
+	if o.SegmentBytes < 0 || o.FillTimeout < 0 || o.FillParallelism < 0 || o.BufferMemory < 0 {
+		return nil, errors.New("datacache: SegmentBytes, FillTimeout, FillParallelism and BufferMemory must not be negative")
+	}
+	if o.PrefetchSegments <= 0 {
+		o.PrefetchSegments = DefaultPrefetchSegments
+	}
+	if o.BufferMemory == 0 {
+		o.BufferMemory = DefaultBufferMemory
 	}
 	if o.SegmentBytes == 0 {
 		o.SegmentBytes = DefaultSegmentBytes
@@ -130,12 +157,13 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes)}
+	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes), pool: newPool(o.BufferMemory),
+		flights: make(map[key]*flight), pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {
 		return nil, fmt.Errorf("datacache: open %s: %w", o.Dir, err)
 	}
-	c.m = newMetrics(o.Registerer, c.idx)
+	c.m = newMetrics(o.Registerer, c.idx, c.pool)
 	c.m.evictions.Add(float64(evicted))
 	c.closing, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	c.log.InfoContext(ctx, "data cache opened", "dir", o.Dir, "bytes", c.idx.bytes(),
@@ -174,10 +202,15 @@ func (c *Cache) ReadBytes(ctx context.Context, l *xorb.Layout, start, end int64)
 	return out, nil
 }
 
-// ReadRange is ReadBytes as a stream, for serving large ranges without buffering them: it
-// returns once every segment of [start, end) is on hand and verified (same contract and errors
-// as ReadBytes), holding the cached files open so that eviction cannot take them away. The
-// caller must Close the Range. Bytes are counted as served when the Range is returned.
+// ReadRange is ReadBytes as a stream, for serving large ranges without buffering them. Cached
+// segments are opened at once (held open, so eviction cannot take them away); missed segments
+// are filled in order, at most FillParallelism at a time for this Range, and their bytes are
+// readable as soon as their chunks are verified (stream-through). ReadRange returns when the
+// first bytes of the range are verified, so that a failure to start (origin unreachable, first
+// chunk corrupt) is still an error here; a later fill's failure is returned by Read. Same
+// contract and errors as ReadBytes. The caller must Close the Range, which also stops launching
+// fills it no longer needs (fills already running go on). Bytes are counted as served when the
+// Range is returned.
 func (c *Cache) ReadRange(ctx context.Context, l *xorb.Layout, start, end int64) (*Range, error) {
 	r, err := requestSpan(l, start, end)
 	if err != nil {
@@ -186,8 +219,9 @@ func (c *Cache) ReadRange(ctx context.Context, l *xorb.Layout, start, end int64)
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
+	began := time.Now()
 	segs := segments(l, r, c.o.SegmentBytes)
-	rr := &Range{parts: make([]part, len(segs)), left: r.len()}
+	rr := &Range{ctx: ctx, parts: make([]part, len(segs)), left: r.len()}
 	var missing []int
 	for i, s := range segs {
 		lo, hi := max(r.start, s.start), min(r.end, s.end)
@@ -195,36 +229,63 @@ func (c *Cache) ReadRange(ctx context.Context, l *xorb.Layout, start, end int64)
 			rr.parts[i] = part{f: f, off: lo - s.start, n: hi - lo}
 			c.m.hits.Inc()
 		} else {
+			rr.parts[i] = part{off: lo - s.start, n: hi - lo, rdy: make(chan struct{})}
 			missing = append(missing, i)
 		}
 	}
 	if len(missing) > 0 {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(c.o.FillParallelism)
-		for _, i := range missing {
-			s := segs[i]
-			g.Go(func() error {
-				res, err := c.fill(gctx, l, s)
-				if err != nil {
-					return err
-				}
-				if res.fetched {
-					c.m.misses.Inc()
-				} else {
-					c.m.hits.Inc()
-				}
-				lo, hi := max(r.start, s.start), min(r.end, s.end)
-				rr.parts[i] = part{data: res.data[lo-s.start : hi-s.start], n: hi - lo}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
+		var lctx context.Context
+		lctx, rr.cancel = context.WithCancel(ctx)
+		rr.launched = make(chan struct{})
+		go c.launch(lctx, l, segs, rr, missing)
+		if err := rr.waitFirst(); err != nil {
 			rr.Close()
 			return nil, err
 		}
+		c.m.missFirstByte.Observe(time.Since(began).Seconds())
 	}
 	c.m.served.Add(float64(r.len()))
 	return rr, nil
+}
+
+// waitFirst waits until the Range's first byte is verified.
+func (r *Range) waitFirst() error {
+	pt := &r.parts[0]
+	_, _, _, err := r.source(pt)
+	return err
+}
+
+// launch gives the missed parts of rr their flights, in order, with at most FillParallelism
+// of them unfinished at once. It stops when ctx ends (the Range was closed or its request
+// ended): the parts it did not reach fail with ctx's error.
+func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Range, missing []int) {
+	defer close(rr.launched)
+	slots := make(chan struct{}, c.o.FillParallelism)
+	for k, i := range missing {
+		pt := &rr.parts[i]
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			for _, j := range missing[k:] {
+				rr.parts[j].err = fmt.Errorf("datacache: xorb %s: %w", l.Hash, context.Cause(ctx))
+				close(rr.parts[j].rdy)
+			}
+			return
+		}
+		fl, err := c.acquire(l, segs[i], true)
+		if err != nil {
+			pt.err = err
+			close(pt.rdy)
+			<-slots
+			continue
+		}
+		pt.fl = fl
+		close(pt.rdy)
+		go func() {
+			<-fl.doneCh // bounded by the fill's timeout
+			<-slots
+		}()
+	}
 }
 
 func (c *Cache) isClosed() bool {
@@ -249,138 +310,4 @@ func (c *Cache) openCached(h hash.Hash, s span) *os.File {
 		return nil
 	}
 	return f
-}
-
-// fillResult is a flight's answer: the whole verified segment, and whether it came from the
-// origin (a miss) or from disk (found by the re-check).
-type fillResult struct {
-	data    []byte
-	fetched bool
-}
-
-// fill returns segment s, from the one flight for it. The flight outlives ctx.
-func (c *Cache) fill(ctx context.Context, l *xorb.Layout, s span) (fillResult, error) {
-	k := key{h: l.Hash, start: s.start, len: s.len()}
-	ch := c.group.DoChan(k.String(), func() (any, error) { return c.runFill(ctx, l, s, k) })
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return fillResult{}, res.Err
-		}
-		return res.Val.(fillResult), nil
-	case <-ctx.Done():
-		return fillResult{}, fmt.Errorf("datacache: xorb %s bytes [%d,%d): %w", l.Hash, s.start, s.end, context.Cause(ctx))
-	}
-}
-
-// runFill is the body of a flight. It re-checks the index (a fill may have finished between
-// the caller's lookup and this flight; a file found at Open needs its first verification),
-// then fetches, verifies and stores the segment.
-func (c *Cache) runFill(parent context.Context, l *xorb.Layout, s span, k key) (fillResult, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return fillResult{}, ErrClosed
-	}
-	c.fills.Add(1)
-	c.mu.Unlock()
-	defer c.fills.Done()
-
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.o.FillTimeout)
-	defer cancel()
-	defer context.AfterFunc(c.closing, cancel)()
-
-	if data, ok := c.fromDisk(ctx, l, s, k); ok {
-		return fillResult{data: data}, nil
-	}
-	data, err := c.fetch(ctx, l, s)
-	if err != nil {
-		return fillResult{}, err
-	}
-	c.m.fills.Inc()
-	c.store(ctx, k, data)
-	return fillResult{data: data, fetched: true}, nil
-}
-
-// fromDisk returns the indexed segment k, verifying it first if this process has not.
-// A file that cannot be read or fails verification is dropped.
-func (c *Cache) fromDisk(ctx context.Context, l *xorb.Layout, s span, k key) ([]byte, bool) {
-	present, verified := c.idx.get(k)
-	if !present {
-		return nil, false
-	}
-	data := make([]byte, k.len)
-	f, err := os.Open(c.idx.path(k))
-	if err == nil {
-		_, err = f.ReadAt(data, 0)
-		f.Close()
-	}
-	if err == nil && !verified {
-		if err = xorb.VerifyRange(data, l, s.a, s.b); err != nil {
-			c.m.diskVerifyFailures.Inc()
-		}
-	}
-	if err != nil {
-		c.log.WarnContext(ctx, "cached segment unusable; refilling", "segment", k.String(), "err", err)
-		c.idx.drop(k)
-		return nil, false
-	}
-	c.idx.markVerified(k)
-	return data, true
-}
-
-// fetch reads segment s from the origin and verifies every chunk of it.
-func (c *Cache) fetch(ctx context.Context, l *xorb.Layout, s span) ([]byte, error) {
-	rc, err := c.o.Fetcher.FetchXorbRange(ctx, l.Hash, s.start, s.end)
-	if err != nil {
-		return nil, fmt.Errorf("datacache: fetch xorb %s bytes [%d,%d): %w", l.Hash, s.start, s.end, err)
-	}
-	defer rc.Close()
-	data := make([]byte, s.len())
-	n, err := io.ReadFull(rc, data)
-	c.m.fillBytes.Add(float64(n))
-	if err != nil {
-		return nil, fmt.Errorf("datacache: read xorb %s bytes [%d,%d): %w", l.Hash, s.start, s.end, err)
-	}
-	if err := xorb.VerifyRange(data, l, s.a, s.b); err != nil {
-		c.m.verifyFailures.Inc()
-		return nil, fmt.Errorf("%w: xorb %s bytes [%d,%d): %w", ErrCorrupt, l.Hash, s.start, s.end, err)
-	}
-	return data, nil
-}
-
-// store writes a verified segment: temp file, fsync, rename, index, evict. A failure is logged
-// and counted; the bytes are still served from memory, just not cached.
-func (c *Cache) store(ctx context.Context, k key, data []byte) {
-	evicted, err := c.writeSegment(k, data)
-	if err != nil {
-		c.m.storeErrors.Inc()
-		c.log.WarnContext(ctx, "cannot cache segment", "segment", k.String(), "err", err)
-		return
-	}
-	c.m.evictions.Add(float64(evicted))
-}
-
-func (c *Cache) writeSegment(k key, data []byte) (evicted int, err error) {
-	f, err := os.CreateTemp(c.idx.tmp(), "fill-*")
-	if err != nil {
-		return 0, err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, err
-	}
-	return c.idx.commit(k, tmp)
 }

@@ -86,6 +86,7 @@ func TestReadBytes(t *testing.T) {
 			segs := segments(o.l, r, testSegment)
 
 			mustRead(t, c, o, start, end)
+			c.fills.Wait() // the last bytes are served before their segment is committed
 			total, perKey, _ := f.counts()
 			if total != len(segs) || perKey != 1 {
 				t.Fatalf("cold read: %d fetches (max %d per range), want one per segment (%d)", total, perKey, len(segs))
@@ -273,8 +274,11 @@ func TestCorruptOriginBytesNeverServed(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) || got != nil {
 				t.Fatalf("ReadBytes = %d bytes, %v; want ErrCorrupt", len(got), err)
 			}
-			if v := metric(t, reg, "xet_edge_datacache_verify_failures_total"); v != 1 {
-				t.Fatalf("verify_failures_total %v, want 1", v)
+			if v := metric(t, reg, "xet_edge_datacache_verify_failures_total"); v != fillAttempts {
+				t.Fatalf("verify_failures_total %v, want one per attempt (%d)", v, fillAttempts)
+			}
+			if v := labelled(t, reg, "xet_edge_datacache_fill_failures_total", "corrupt"); v != 1 {
+				t.Fatalf("fill_failures_total{reason=corrupt} %v, want 1", v)
 			}
 			if v := metric(t, reg, "xet_edge_datacache_served_bytes_total"); v != 0 {
 				t.Fatalf("served_bytes_total %v after a corrupt fill", v)
@@ -304,6 +308,7 @@ func TestEvictionKeepsBudget(t *testing.T) {
 	c, reg := testCache(t, dir, f, int64(budget), testSegment)
 	for _, s := range segs {
 		mustRead(t, c, o, s.start, s.end)
+		c.fills.Wait() // committed (and evicted) just after its last bytes were read
 		if _, onDisk := segmentFiles(t, dir); onDisk > int64(budget) {
 			t.Fatalf("%d bytes on disk, budget %d", onDisk, budget)
 		}

@@ -65,6 +65,9 @@ type fakeFetcher struct {
 	// corrupt, when set, may change the bytes of a transfer before they are sent.
 	corrupt func(k fetchKey, b []byte)
 	err     error // returned by every fetch when set
+	// answer, when set, makes the answer's body from the bytes asked for and the number of
+	// times this range was asked before (0 for the first): faults of a transfer.
+	answer func(k fetchKey, before int, b []byte) io.Reader
 
 	mu      sync.Mutex
 	calls   map[fetchKey]int
@@ -84,10 +87,11 @@ func newFakeFetcher(objs ...object) *fakeFetcher {
 func (f *fakeFetcher) FetchXorbRange(ctx context.Context, h hash.Hash, start, end int64) (io.ReadCloser, error) {
 	k := fetchKey{h, start, end}
 	f.mu.Lock()
+	before := f.calls[k]
 	f.calls[k]++
 	f.total++
 	body, ok := f.objects[h]
-	gate, entered, corrupt, ferr := f.gate, f.entered, f.corrupt, f.err
+	gate, entered, corrupt, ferr, answer := f.gate, f.entered, f.corrupt, f.err, f.answer
 	f.mu.Unlock()
 	if entered != nil {
 		entered <- k
@@ -115,7 +119,49 @@ func (f *fakeFetcher) FetchXorbRange(ctx context.Context, h hash.Hash, start, en
 	f.mu.Lock()
 	f.bytes += int64(len(b))
 	f.mu.Unlock()
+	if answer != nil {
+		return io.NopCloser(answer(k, before, b)), nil
+	}
 	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// cutReader sends the first n bytes of b, then fails with err (io.EOF: a short answer).
+type cutReader struct {
+	b   []byte
+	err error
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// heldReader sends head, then blocks until release is closed, then sends tail.
+type heldReader struct {
+	head, tail []byte
+	release    chan struct{}
+	held       chan struct{} // closed when the head has been read and the reader blocks
+	once       sync.Once
+}
+
+func (r *heldReader) Read(p []byte) (int, error) {
+	if len(r.head) > 0 {
+		n := copy(p, r.head)
+		r.head = r.head[n:]
+		return n, nil
+	}
+	r.once.Do(func() { close(r.held) })
+	<-r.release
+	if len(r.tail) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.tail)
+	r.tail = r.tail[n:]
+	return n, nil
 }
 
 func (f *fakeFetcher) set(fn func(f *fakeFetcher)) {
@@ -183,4 +229,48 @@ func mustRead(t testing.TB, c *Cache, o object, start, end int64) {
 	if !bytes.Equal(got, o.body[start:end]) {
 		t.Fatalf("ReadBytes [%d,%d): wrong bytes", start, end)
 	}
+}
+
+// labelled returns the value of the counter name{reason=reason} in reg (0 when absent).
+func labelled(t testing.TB, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "reason" && lp.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// labelled2 returns the value of the counter name{label=value} in reg (0 when absent).
+func labelled2(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -27,8 +27,9 @@ import (
 // {h} is the protocol string form of the xorb hash; {start} and {length} are decimal. The start
 // offset names the segment independently of the segment size, so a changed SegmentBytes leaves
 // only unused files behind, which the LRU evicts. A file appears under segments/ only by rename
-// after its bytes were verified and fsynced, so one that exists with the length its name says
-// is complete; its bytes are verified again, lazily, on first use after a restart.
+// after its bytes were verified (not fsynced: after a crash a file may be short, which Open
+// removes, or hold lost bytes); its bytes are verified again, lazily, on first use after a
+// restart, so a damaged file is dropped and refilled, never served.
 
 const (
 	segmentsDir = "segments"
@@ -170,7 +171,7 @@ func (x *index) forgetLocked(e *entry) {
 	x.used -= e.k.len
 }
 
-// commit renames the complete, synced temp file to k's place and indexes it as verified, then
+// commit renames the complete, verified temp file to k's place and indexes it as verified, then
 // evicts least recently used segments until the budget holds. It returns the evicted count.
 func (x *index) commit(k key, tmp string) (int, error) {
 	final := x.path(k)

@@ -188,7 +188,7 @@ func (b *body) Read(p []byte) (int, error) {
 	b.left -= int64(n)
 	b.c.m.xorbBytes.Add(float64(n))
 	if err == io.EOF && b.left > 0 {
-		err = fmt.Errorf("%w: xorb transfer ended %d bytes short", ErrUnavailable, b.left)
+		err = fmt.Errorf("%w: xorb transfer ended %d bytes short: %w", ErrUnavailable, b.left, io.ErrUnexpectedEOF)
 	} else if err != nil && err != io.EOF {
 		err = b.c.classify(b.parent, "xorb", err)
 	}

@@ -1,0 +1,54 @@
+package datacache
+
+import (
+	"golang.org/x/sync/semaphore"
+
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// DefaultPrefetchSegments bounds the read-ahead fills running at once (Options.PrefetchSegments).
+const DefaultPrefetchSegments = 32
+
+// prefetcher bounds read-ahead: at most its semaphore's weight of prefetch fills at once.
+type prefetcher struct {
+	sem *semaphore.Weighted
+}
+
+// Prefetch starts fills for the segments of stored bytes [start, end) of l that are not cached
+// (read-ahead: a reconstruction the edge answered names the ranges its client asks for next),
+// and returns at once with the number of fills it started or joined. start and end must be
+// chunk boundaries of l (else an error wrapping ErrBadRange); l.Verify() passed. At most
+// Options.PrefetchSegments prefetch fills run at a time; segments beyond that are skipped and
+// counted (xet_edge_datacache_prefetch_total{result="skipped"}), so read-ahead never queues.
+// The fills are ordinary ones: a request that arrives meanwhile joins them.
+func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
+	r, err := requestSpan(l, start, end)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for _, s := range segments(l, r, c.o.SegmentBytes) {
+		k := key{h: l.Hash, start: s.start, len: s.len()}
+		if present, verified := c.idx.get(k); present && verified {
+			c.m.prefetch.WithLabelValues("cached").Inc()
+			continue
+		}
+		if !c.pre.sem.TryAcquire(1) {
+			c.m.prefetch.WithLabelValues("skipped").Inc()
+			continue
+		}
+		fl, err := c.acquire(l, s, false)
+		if err != nil {
+			c.pre.sem.Release(1)
+			return started, err
+		}
+		c.m.prefetch.WithLabelValues("started").Inc()
+		started++
+		go func() {
+			<-fl.doneCh // bounded by the fill's timeout
+			fl.release()
+			c.pre.sem.Release(1)
+		}()
+	}
+	return started, nil
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# coldedge.sh — a cold edge against the origin it sits in front of (issue 11), side by side in
+# one run: `xet download` of one large random file straight from the origin (plain HTTP), then
+# through a freshly started edge (empty data directory) over its plain HTTP listener and over
+# TLS. Per download: wall time, time to first byte (the first byte written to the output file,
+# polled every 10 ms), and for the edge downloads the edge process's CPU seconds spent on the
+# download (utime+stime from /proc/PID/stat, after minus before) and its peak RSS (VmHWM).
+#
+#   perf/coldedge.sh [REV ...]        e.g. perf/coldedge.sh main HEAD   (default: the work tree)
+#
+# Each REV is checked out into a temporary worktree and built there; without REV the current
+# tree is built. Every revision gets its own origin (embedded defaults) and its own upload of the
+# same file; every round starts a new edge per revision and per protocol, so each edge download
+# is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
+# issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK.
+#
+# PYTHON=path (e.g. $XETCDN_TEST_PYTHON from the test environment, with hf_xet 1.8.0 installed)
+# adds the same three downloads with the stock hf_xet client (test/interop/hfxet_driver.py, its
+# file download group as huggingface_hub uses it): wall time, edge CPU and RSS; no first byte
+# (hf_xet writes the file itself). Over TLS hf_xet trusts the edge's certificate through
+# SSL_CERT_FILE.
+#
+# CLIENTS=N (default 0: off) adds two bursts per revision after the rounds, each on a fresh edge
+# over plain HTTP: N clients downloading N different random files of BURST_MB (64) at once —
+# edge peak RSS (VmRSS sampled every 0.2 s, and VmHWM) and RSS 30 s after the last download
+# ended — and N clients downloading the same file at once — origin egress to the edge
+# (xet_edge_origin_xorb_bytes_total) divided by the file's size.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SIZE_MB=${SIZE_MB:-256} ROUNDS=${ROUNDS:-3} P=${PORT_BASE:-29900}
+WORK=${WORK:-$(mktemp -d /tmp/coldedge.XXXXXX)}
+mkdir -p "$WORK"
+log() { printf 'coldedge: %s\n' "$*" >&2; }
+revs=("$@")
+[ ${#revs[@]} -gt 0 ] || revs=(worktree)
+
+pids=()
+trees=()
+cleanup() {
+	# The edges run inside command substitutions: their pids are in files.
+	for p in "${pids[@]}" $(cat "$WORK"/*/edge.pid 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	for t in "${trees[@]}"; do git -C "$ROOT" worktree remove --force "$t" 2>/dev/null || true; done
+	[ "${KEEP:-}" = 1 ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+up() {
+	for _ in $(seq 600); do curl -skf -o /dev/null "$1/healthz" && return 0; sleep 0.1; done
+	log "$1 did not come up"
+	exit 1
+}
+cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; } # CLK_TCK = 100 on Linux
+hwm() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status"; }
+
+CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64}
+head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/rand.bin"
+for ((c = 0; c < CLIENTS; c++)); do head -c $((BURST_MB << 20)) /dev/urandom >"$WORK/burst$c.bin"; done
+declare -A origin etok rtok file burst
+i=0
+for rev in "${revs[@]}"; do
+	n=r$i
+	mkdir -p "$WORK/$n"
+	src=$ROOT
+	if [ "$rev" != worktree ]; then
+		src=$WORK/src-$n
+		git -C "$ROOT" worktree add -q --detach "$src" "$rev"
+		trees+=("$src")
+	fi
+	(cd "$src" && go build -o "$WORK/$n/" ./cmd/xet-origin ./cmd/xet-edge ./cmd/xet)
+	o=$((P + 10 * i))
+	"$WORK/$n/xet-origin" --data-dir "$WORK/$n/origin" --listen "127.0.0.1:$o" >"$WORK/$n/origin.log" 2>&1 &
+	pids+=($!)
+	origin[$n]=http://127.0.0.1:$o
+	up "${origin[$n]}"
+	tok() { "$WORK/$n/xet-origin" token --data-dir "$WORK/$n/origin" --ttl 24h "$@"; }
+	w=$(tok --access write --scope models/bench/cold)
+	rtok[$n]=$(tok --access read --scope models/bench/cold)
+	etok[$n]=$(tok --access edge)
+	file[$n]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/rand.bin" |
+		sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
+	[ -n "${file[$n]}" ] || { log "$rev: upload printed no file_hash"; exit 1; }
+	for ((c = 0; c < CLIENTS; c++)); do
+		burst[$n,$c]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/burst$c.bin" |
+			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
+	done
+	log "$n = $rev: origin ${origin[$n]}, file ${file[$n]}"
+	i=$((i + 1))
+done
+
+# download NAME ENDPOINT [xet flags]: prints "wall=S ttfb=S"; the output is compared and removed.
+# The file goes to standard output (in file order) and the first byte read from the pipe is the
+# time to first byte.
+download() {
+	local n=$1 ep=$2 out=$WORK/out.bin
+	shift 2
+	rm -f "$out" "$WORK/first"
+	local t0 t1 st
+	t0=$(date +%s.%N)
+	set +e
+	"$WORK/$n/xet" download --endpoint "$ep" --token "${rtok[$n]}" --hash "${file[$n]}" \
+		--size $((SIZE_MB << 20)) "$@" -o - 2>"$WORK/dl.err" |
+		{ dd bs=1 count=1 of="$out" status=none; date +%s.%N >"$WORK/first"; cat >>"$out"; }
+	st=${PIPESTATUS[0]}
+	set -e
+	t1=$(date +%s.%N)
+	if [ "$st" != 0 ] || ! cmp -s "$out" "$WORK/rand.bin"; then
+		log "download from $ep failed (exit $st) or differs"
+		cat "$WORK/dl.err" >&2
+		exit 1
+	fi
+	rm -f "$out"
+	awk -v a="$t0" -v b="$(cat "$WORK/first")" -v c="$t1" 'BEGIN {printf "wall=%.2f ttfb=%.3f", c - a, b - a}'
+}
+
+# hfdownload NAME ENDPOINT [CA-FILE]: an hf_xet download; prints "wall=S".
+hfdownload() {
+	local n=$1 ep=$2 ca=${3:-} out=$WORK/out.bin t0 t1
+	rm -f "$out"
+	t0=$(date +%s.%N)
+	if ! SSL_CERT_FILE=${ca:-${SSL_CERT_FILE:-}} "$PYTHON" "$ROOT/test/interop/hfxet_driver.py" download \
+		--endpoint "$ep" --token "${rtok[$n]}" --hash "${file[$n]}" --size $((SIZE_MB << 20)) \
+		-o "$out" >/dev/null 2>"$WORK/dl.err" || ! cmp -s "$out" "$WORK/rand.bin"; then
+		log "hf_xet download from $ep failed or differs"
+		cat "$WORK/dl.err" >&2
+		exit 1
+	fi
+	t1=$(date +%s.%N)
+	rm -f "$out"
+	awk -v a="$t0" -v c="$t1" 'BEGIN {printf "wall=%.2f", c - a}'
+}
+
+# cold NAME PROTO [hf]: a fresh edge, one download through it (with hf_xet when the third
+# argument is hf); prints the measurement line.
+cold() {
+	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) dir=$WORK/$1/edge
+	rm -rf "$dir"
+	local pub=https://127.0.0.1:$e
+	[ "$proto" = tls ] || pub=http://127.0.0.1:$h
+	# The edge signs its transfer URLs with --public-url: the listener under test.
+	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "$pub" >"$WORK/$n/edge.log" 2>&1 &
+	local pid=$!
+	echo "$pid" >"$WORK/$n/edge.pid"
+	up "https://127.0.0.1:$e"
+	up "http://127.0.0.1:$h"
+	local c0 res c1 peak
+	c0=$(cpu "$pid")
+	if [ "$client" = hf ] && [ "$proto" = tls ]; then
+		res=$(hfdownload "$n" "https://127.0.0.1:$e" "$dir/tls/cert.pem")
+	elif [ "$client" = hf ]; then
+		res=$(hfdownload "$n" "http://127.0.0.1:$h")
+	elif [ "$proto" = tls ]; then
+		res=$(download "$n" "https://127.0.0.1:$e" --insecure)
+	else
+		res=$(download "$n" "http://127.0.0.1:$h")
+	fi
+	c1=$(cpu "$pid")
+	peak=$(hwm "$pid")
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+	echo "$res edge_cpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') edge_hwm_mb=$peak"
+}
+
+rss() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$1/status"; }
+
+# burst NAME same|different: a fresh edge, CLIENTS downloads through it at once; prints a line.
+burst() {
+	local n=$1 kind=$2 e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3))
+	local dir=$WORK/$n/edge
+	rm -rf "$dir"
+	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "http://127.0.0.1:$h" \
+		--admin-listen "127.0.0.1:$a" >"$WORK/$n/edge.log" 2>&1 &
+	local pid=$! dls=() peak=0 c f st=0 r
+	echo "$pid" >"$WORK/$n/edge.pid"
+	up "http://127.0.0.1:$h"
+	for ((c = 0; c < CLIENTS; c++)); do
+		f=${burst[$n,$c]}
+		[ "$kind" = same ] && f=${burst[$n,0]}
+		"$WORK/$n/xet" download --endpoint "http://127.0.0.1:$h" --token "${rtok[$n]}" --hash "$f" \
+			--size $((BURST_MB << 20)) -o - >/dev/null 2>"$WORK/burst$c.err" &
+		dls+=($!)
+	done
+	local t0
+	t0=$(date +%s.%N)
+	while :; do
+		r=$(rss "$pid")
+		[ "$r" -gt "$peak" ] && peak=$r
+		local alive=0
+		for d in "${dls[@]}"; do kill -0 "$d" 2>/dev/null && alive=1; done
+		[ $alive = 1 ] || break
+		sleep 0.2
+	done
+	for d in "${dls[@]}"; do wait "$d" || st=1; done
+	[ $st = 0 ] || { log "a burst download failed"; cat "$WORK"/burst*.err >&2; exit 1; }
+	local wall
+	wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+	local egress
+	egress=$(curl -s "http://127.0.0.1:$a/metrics" | awk '$1 == "xet_edge_origin_xorb_bytes_total" {print $2}')
+	local after=""
+	if [ "$kind" = different ]; then
+		sleep 30
+		after=" rss_30s_after_mb=$(rss "$pid")"
+	fi
+	echo "clients=$CLIENTS wall=$wall edge_peak_rss_mb=$peak edge_hwm_mb=$(hwm "$pid")$after origin_egress_per_file=$(awk -v e="$egress" -v s=$((BURST_MB << 20)) -v k="$kind" -v c="$CLIENTS" 'BEGIN {printf "%.3f", (k == "same") ? e / s : e / (s * c)}')"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+
+log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}"
+out=$WORK/rounds.txt
+: >"$out"
+names=()
+for ((j = 0; j < ${#revs[@]}; j++)); do names+=("r$j"); done
+for r in $(seq "$ROUNDS"); do
+	order=("${names[@]}")
+	if [ $((r % 2)) -eq 0 ]; then
+		order=()
+		for ((j = ${#names[@]} - 1; j >= 0; j--)); do order+=("${names[$j]}"); done
+	fi
+	for n in "${order[@]}"; do
+		echo "== round $r $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo "$n origin $(download "$n" "${origin[$n]}")"
+		echo "$n edge-plain $(cold "$n" plain)"
+		echo "$n edge-tls $(cold "$n" tls)"
+		if [ -n "${PYTHON:-}" ]; then
+			echo "$n hf-origin $(hfdownload "$n" "${origin[$n]}")"
+			echo "$n hf-edge-plain $(cold "$n" plain hf)"
+			echo "$n hf-edge-tls $(cold "$n" tls hf)"
+		fi
+	done | tee -a "$out"
+done
+
+if [ "$CLIENTS" -gt 0 ]; then
+	for n in "${names[@]}"; do
+		echo "== burst $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo "$n burst-different $(burst "$n" different)"
+		echo "$n burst-same $(burst "$n" same)"
+	done | tee -a "$WORK/bursts.txt"
+fi
+
+echo "== medians over $ROUNDS rounds (edge/origin ratios per revision)"
+for ((j = 0; j < ${#revs[@]}; j++)); do echo "r$j = ${revs[$j]}"; done
+awk '
+function add(key, v) { n[key]++; vals[key, n[key]] = v; if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
+function median(key,   m, a, b, t, s) {
+	m = n[key]
+	if (!m) return -1
+	for (a = 1; a <= m; a++) s[a] = vals[key, a]
+	for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (s[b] < s[a]) { t = s[a]; s[a] = s[b]; s[b] = t }
+	return (m % 2) ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2
+}
+$2 ~ /^(origin|edge-|hf-)/ {
+	for (f = 3; f <= NF; f++) { split($f, kv, "="); add($1 " " $2 " " kv[1], kv[2] + 0) }
+	revs[$1] = 1
+}
+END {
+	for (j = 1; j <= k; j++) printf "%-28s %9.3f\n", order[j], median(order[j])
+	for (r in revs) for (p = 1; p <= 2; p++) {
+		pr = (p == 1) ? "edge-plain" : "edge-tls"
+		printf "%s %-10s wall/origin %.2f  ttfb/origin %.2f\n", r, pr,
+			median(r " " pr " wall") / median(r " origin wall"), median(r " " pr " ttfb") / median(r " origin ttfb")
+		if (n[r " hf-origin wall"])
+			printf "%s hf-%-7s wall/origin %.2f\n", r, pr, median(r " hf-" pr " wall") / median(r " hf-origin wall")
+	}
+}' "$out"
