@@ -202,3 +202,16 @@ func (c *LayoutCache) Close() error {
 	})
 	return c.err
 }
+
+// Lifecycle (index.Lifecycle).
+
+// Delete implements Index through the wrapped index (layouts are immutable; a deleted xorb's
+// layout leaves the cache by eviction only).
+func (c *LayoutCache) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	return c.next.Delete(ctx, scope, files)
+}
+
+// Visible implements Index through the wrapped index.
+func (c *LayoutCache) Visible(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	return c.next.Visible(ctx, after, limit)
+}

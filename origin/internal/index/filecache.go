@@ -347,3 +347,21 @@ func encodeLayouts(m map[hash.Hash]*xorb.Layout) (map[hash.Hash][]byte, error) {
 	}
 	return out, nil
 }
+
+// Lifecycle (index.Lifecycle).
+
+// Delete implements Index. Like Hide, once the wrapped index has answered (a failure may still
+// have committed), every visibility answer remembered so far is invalid.
+func (c *FileCache) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	n, err := c.next.Delete(ctx, scope, files)
+	c.epoch.Add(1)
+	return n, err
+}
+
+// Visible implements Index through the wrapped index; nothing is cached.
+func (c *FileCache) Visible(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.next.Visible(ctx, after, limit)
+}

@@ -149,6 +149,7 @@ type Index interface {
 	Close() error
 	Raw
 	ShardBodies
+	Lifecycle
 }
 
 // Raw is part of Index: the same lookups as File and Layouts, answered with the stored

@@ -169,3 +169,19 @@ func (m *Metrics) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 	m.observe("ShardBody", start, err)
 	return b, err
 }
+
+// Lifecycle (index.Lifecycle).
+
+func (m *Metrics) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	start := time.Now()
+	n, err := m.next.Delete(ctx, scope, files)
+	m.observe("Delete", start, err)
+	return n, err
+}
+
+func (m *Metrics) Visible(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	start := time.Now()
+	out, err := m.next.Visible(ctx, after, limit)
+	m.observe("Visible", start, err)
+	return out, err
+}

@@ -123,3 +123,16 @@ func (t *Timeouts) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Ha
 func (t *Timeouts) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]byte, error) { return t.next.ShardBody(ctx, h) })
 }
+
+// Lifecycle (index.Lifecycle).
+
+// Delete is bounded like Hide: one cut off may still commit; deleting again then answers
+// ErrNotFound, which callers retrying a delete treat as done.
+func (t *Timeouts) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (int, error) { return t.next.Delete(ctx, scope, files) })
+}
+
+// Visible bounds each page.
+func (t *Timeouts) Visible(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]VisibleFile, error) { return t.next.Visible(ctx, after, limit) })
+}

@@ -40,6 +40,8 @@ func Run(t *testing.T, open Opener) {
 		{"HideAndEvents", testHideAndEvents},
 		{"EventsPaging", testEventsPaging},
 		{"ConcurrentHide", testConcurrentHide},
+		{"Delete", testDelete},
+		{"Visible", testVisible},
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},
