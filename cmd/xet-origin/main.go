@@ -3,6 +3,8 @@
 //
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
+//	xet-origin delete --data-dir DIR --scope REPO (FILE_HASH... | --all)
+//	xet-origin usage --data-dir DIR [REPO]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -41,6 +43,8 @@ func main() {
 				os.Exit(2)
 			}
 			return
+		case "delete", "usage":
+			os.Exit(adminCommand(args[0], args[1:]))
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-origin"))
 			return
@@ -68,10 +72,35 @@ func main() {
 	}
 }
 
+// adminCommand runs an offline admin command (docs/origin.md, "Deleting data") and returns
+// the exit status: 0 done (or --help), 2 command line or configuration, 1 anything else.
+func adminCommand(name string, args []string) int {
+	run := origin.Delete
+	if name == "usage" {
+		run = origin.Usage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, origin.ErrConfig):
+		cmdline.PrintConfigError(os.Stderr, "xet-origin "+name, err, origin.ErrConfig)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "xet-origin %s: %v\n", name, err)
+		return 1
+	}
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   xet-origin [flags]              run the origin (see docs/origin.md)
   xet-origin token [token flags]  mint a token signed with the origin's key ('xet-origin token -h')
+  xet-origin delete [flags] --scope REPO (FILE... | --all)
+                                  delete files or a whole repository ('xet-origin delete -h')
+  xet-origin usage [flags] [REPO] storage usage per repository and totals, as JSON
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 
