@@ -35,6 +35,12 @@ func (a *adminFlags) bind(fs *flag.FlagSet) {
 // open loads the origin's configuration as the server would and opens its backends (no
 // metrics). A missing --data-dir and --config is a configuration error.
 func (a *adminFlags) open(ctx context.Context, getenv func(string) string) (*backend.Backends, error) {
+	_, b, err := a.openConfig(ctx, getenv)
+	return b, err
+}
+
+// openConfig is open that also returns the configuration.
+func (a *adminFlags) openConfig(ctx context.Context, getenv func(string) string) (*config.Config, *backend.Backends, error) {
 	var args []string
 	if a.dataDir != "" {
 		args = append(args, "--data-dir", a.dataDir)
@@ -43,19 +49,20 @@ func (a *adminFlags) open(ctx context.Context, getenv func(string) string) (*bac
 		args = append(args, "--config", a.config)
 	}
 	if len(args) == 0 {
-		return nil, fmt.Errorf("%w: --data-dir or --config is required", ErrConfig)
+		return nil, nil, fmt.Errorf("%w: --data-dir or --config is required", ErrConfig)
 	}
 	if a.dataDir != "" {
 		// Offline commands never create an origin: a wrong path must not look like an empty one.
 		if st, err := os.Stat(a.dataDir); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("%w: --data-dir %s is not an origin's data directory", ErrConfig, a.dataDir)
+			return nil, nil, fmt.Errorf("%w: --data-dir %s is not an origin's data directory", ErrConfig, a.dataDir)
 		}
 	}
 	cfg, err := config.Load(args, getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return backend.Open(ctx, cfg, nil)
+	b, err := backend.Open(ctx, cfg, nil)
+	return cfg, b, err
 }
 
 // parseAdmin parses an admin command's flags, printing usage to stdout for -h and to stderr
@@ -168,4 +175,45 @@ func Usage(ctx context.Context, args []string, getenv func(string) string, stdou
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(u)
+}
+
+// GC implements `xet-origin gc [--dry-run] [--grace D] [--force]`: one garbage collection
+// (lifecycle.GC) on the origin's backends, its report printed as JSON. It shares the
+// collector's lock with the origin's background runs.
+func GC(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("xet-origin gc", flag.ContinueOnError)
+	var a adminFlags
+	a.bind(fs)
+	dry := fs.Bool("dry-run", false, "report what would be condemned and deleted; change nothing")
+	grace := fs.Duration("grace", 0, "how long a xorb stays condemned before deletion (default gc.grace of the configuration)")
+	force := fs.Bool("force", false, "accept a grace shorter than auth.dedup_expiry")
+	const usage = "xet-origin gc (--data-dir DIR | --config FILE) [--dry-run] [--grace DURATION [--force]]"
+	if err := parseAdmin(fs, args, usage, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
+	}
+	graceSet := false
+	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
+	cfg, b, err := a.openConfig(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	g := cfg.EffectiveGrace()
+	if graceSet {
+		g = *grace
+	}
+	if err := lifecycle.CheckGrace(g, cfg.Auth.DedupExpiry.D(), *force || cfg.GC.Force); err != nil {
+		return fmt.Errorf("%w: --grace: %v", ErrConfig, err)
+	}
+	rep, err := lifecycle.GC(ctx, b.Index, b.Objects, lifecycle.GCOptions{Grace: g, DryRun: *dry,
+		Failpoint: lifecycle.FailpointFromEnv(getenv)})
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }

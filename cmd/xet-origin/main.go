@@ -5,6 +5,7 @@
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
 //	xet-origin delete --data-dir DIR --scope REPO (FILE_HASH... | --all)
 //	xet-origin usage --data-dir DIR [REPO]
+//	xet-origin gc --data-dir DIR [--dry-run] [--grace DURATION [--force]]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -43,7 +44,7 @@ func main() {
 				os.Exit(2)
 			}
 			return
-		case "delete", "usage":
+		case "delete", "usage", "gc":
 			os.Exit(adminCommand(args[0], args[1:]))
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-origin"))
@@ -76,8 +77,11 @@ func main() {
 // the exit status: 0 done (or --help), 2 command line or configuration, 1 anything else.
 func adminCommand(name string, args []string) int {
 	run := origin.Delete
-	if name == "usage" {
+	switch name {
+	case "usage":
 		run = origin.Usage
+	case "gc":
+		run = origin.GC
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -101,6 +105,8 @@ func usage(w io.Writer) {
   xet-origin delete [flags] --scope REPO (FILE... | --all)
                                   delete files or a whole repository ('xet-origin delete -h')
   xet-origin usage [flags] [REPO] storage usage per repository and totals, as JSON
+  xet-origin gc [flags] [--dry-run] [--grace D [--force]]
+                                  delete what no visible file references ('xet-origin gc -h')
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 

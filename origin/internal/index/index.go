@@ -225,6 +225,9 @@ type Batch struct {
 	Dedup      []hash.Hash // sorted, unique
 	Xorbs      []byte      // the shard's xorbs, unique, in shard order, 32 bytes each
 	Body       []byte      // the shard body to keep inline; nil = none (never empty)
+	// Refs are the xorbs the files' terms reference, sorted, unique: the registration revives
+	// the condemned ones and is refused if one was swept (index.Lifecycle).
+	Refs []hash.Hash
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
@@ -256,6 +259,13 @@ func NewBatch(r *Registration) (*Batch, error) {
 	if len(r.Body) > 0 {
 		b.Body = r.Body
 	}
+	var refs []hash.Hash
+	for _, f := range files {
+		for _, t := range f.Terms {
+			refs = append(refs, t.Xorb)
+		}
+	}
+	b.Refs = SortedUnique(refs)
 	for i, f := range files {
 		rec, err := f.MarshalBinary()
 		if err != nil {

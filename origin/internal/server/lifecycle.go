@@ -12,7 +12,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// Deletion and usage routes (docs/protocol.md §17, docs/decisions.md "Data lifecycle").
+// Deletion and usage routes (docs/protocol.md §16.5, docs/decisions.md "Data lifecycle").
 //
 //	DELETE /v1/files/{file}   write token: delete the file from the token's scope
 //	DELETE /v1/scope          write token: delete every file of the token's scope

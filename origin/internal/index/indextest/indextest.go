@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentHide", testConcurrentHide},
 		{"Delete", testDelete},
 		{"Visible", testVisible},
+		{"Collect", testCollect},
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},

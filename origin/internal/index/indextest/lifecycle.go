@@ -5,9 +5,12 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // testDelete: Delete removes visibility like Hide, reports what it removed, records one event
@@ -137,4 +140,188 @@ func testVisible(t *testing.T, ix index.Index) {
 			}
 		}
 	}
+}
+
+// recordOver is a file record with one term in each of xs.
+func recordOver(g *Gen, xs ...hash.Hash) *recon.FileRecord {
+	f := &recon.FileRecord{Hash: g.Hash()}
+	for _, x := range xs {
+		t := recon.Term{Xorb: x, Start: 0, End: 1, RawBytes: 100, ByteStart: 0, ByteEnd: 60}
+		f.Terms = append(f.Terms, t)
+		f.Size += uint64(t.RawBytes)
+	}
+	return f
+}
+
+// testCollect: the garbage collector's index protocol. Condemned xorbs leave the dedup answers
+// and come back when a registration references them; Sweep removes only what is condemned
+// since before its cutoff and whose dead files are still invisible, with the dead records;
+// a swept xorb refuses PutXorb until its object is deleted, and refuses registrations until
+// it is stored again.
+func testCollect(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(23)
+	ls := []*xorb.Layout{g.Layout(2), g.Layout(3), g.Layout(1)}
+	x1, x2, x3 := ls[0].Hash, ls[1].Hash, ls[2].Hash
+	for i, l := range ls {
+		if _, err := ix.PutXorb(ctx, l, uint64(100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const scope = "models/acme/gc"
+	f1, f2 := recordOver(g, x1, x2), recordOver(g, x3)
+	r1 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{f1}, Xorbs: []hash.Hash{x1, x2}, Dedup: g.Hashes(1)}
+	r2 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{f2}, Xorbs: []hash.Hash{x3, x1}, Dedup: g.Hashes(1)}
+	mustRegister(t, ix, r1, true)
+	mustRegister(t, ix, r2, true)
+
+	files := func() map[hash.Hash]bool {
+		t.Helper()
+		out := map[hash.Hash]bool{}
+		var after hash.Hash
+		for {
+			p, err := ix.Files(ctx, after, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p) == 0 {
+				return out
+			}
+			for _, e := range p {
+				out[e.Hash] = e.Visible
+			}
+			after = p[len(p)-1].Hash
+		}
+	}
+	xorbs := func() map[hash.Hash]index.XorbEntry {
+		t.Helper()
+		out := map[hash.Hash]index.XorbEntry{}
+		var after hash.Hash
+		for {
+			p, err := ix.Xorbs(ctx, after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p) == 0 {
+				return out
+			}
+			for _, e := range p {
+				out[e.Hash] = e
+			}
+			after = p[len(p)-1].Hash
+		}
+	}
+	if fs := files(); len(fs) != 2 || !fs[f1.Hash] || !fs[f2.Hash] {
+		t.Fatalf("Files = %v", fs)
+	}
+	if xs := xorbs(); len(xs) != 3 || xs[x2].StoredSize != 101 || !xs[x2].Condemned.IsZero() {
+		t.Fatalf("Xorbs = %+v", xs)
+	}
+	if _, err := ix.Delete(ctx, scope, []hash.Hash{f2.Hash}); err != nil {
+		t.Fatal(err)
+	}
+	if fs := files(); !fs[f1.Hash] || fs[f2.Hash] {
+		t.Fatalf("Files after deleting f2 = %v", fs)
+	}
+
+	// Condemned x3 leaves r2's dedup answer; x1 stays.
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	if err := ix.Condemn(ctx, []hash.Hash{x3, g.Hash()}, t0); err != nil { // an unknown xorb is ignored
+		t.Fatal(err)
+	}
+	if xs := xorbs(); len(xs) != 3 || !xs[x3].Condemned.Equal(t0) || !xs[x1].Condemned.IsZero() {
+		t.Fatalf("Xorbs after Condemn = %+v", xs)
+	}
+	if got, err := ix.DedupXorbs(ctx, r2.Dedup[0]); err != nil || !slices.Equal(got, []hash.Hash{x1}) {
+		t.Fatalf("DedupXorbs with x3 condemned = %v, %v; want [x1]", got, err)
+	}
+	// A second Condemn keeps the first time.
+	if err := ix.Condemn(ctx, []hash.Hash{x3}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if xs := xorbs(); !xs[x3].Condemned.Equal(t0) {
+		t.Fatalf("Condemn again moved the time to %v", xs[x3].Condemned)
+	}
+
+	// A registration referencing a condemned xorb revives it.
+	if err := ix.Condemn(ctx, []hash.Hash{x2}, t0); err != nil {
+		t.Fatal(err)
+	}
+	r3 := &index.Registration{Shard: g.Hash(), Scope: "models/acme/gc2", Files: []*recon.FileRecord{recordOver(g, x2)}}
+	mustRegister(t, ix, r3, true)
+	if xs := xorbs(); !xs[x2].Condemned.IsZero() {
+		t.Fatalf("x2 still condemned after a registration referencing it")
+	}
+	if err := ix.Condemn(ctx, []hash.Hash{x1}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Revive(ctx, []hash.Hash{x1}); err != nil {
+		t.Fatal(err)
+	}
+	if xs := xorbs(); !xs[x1].Condemned.IsZero() {
+		t.Fatalf("x1 still condemned after Revive")
+	}
+
+	// Sweep: cutoff before the condemnation, a dead file visible again, a xorb not condemned:
+	// nothing. Then x3 with its dead file f2.
+	for _, c := range []struct {
+		name   string
+		cands  []index.SweepCandidate
+		cutoff time.Time
+	}{
+		{"cutoff before", []index.SweepCandidate{{Xorb: x3, DeadFiles: []hash.Hash{f2.Hash}}}, t0},
+		{"dead file visible", []index.SweepCandidate{{Xorb: x3, DeadFiles: []hash.Hash{f1.Hash}}}, time.Now()},
+		{"not condemned", []index.SweepCandidate{{Xorb: x1}}, time.Now()},
+	} {
+		if got, err := ix.Sweep(ctx, c.cands, c.cutoff); err != nil || len(got) != 0 {
+			t.Fatalf("Sweep (%s) = %v, %v; want nothing", c.name, got, err)
+		}
+	}
+	if sw, err := ix.Swept(ctx, 0); err != nil || len(sw) != 0 {
+		t.Fatalf("Swept before any sweep = %v, %v", sw, err)
+	}
+	got, err := ix.Sweep(ctx, []index.SweepCandidate{{Xorb: x3, DeadFiles: []hash.Hash{f2.Hash}}}, time.Now())
+	if err != nil || !slices.Equal(got, []hash.Hash{x3}) {
+		t.Fatalf("Sweep(x3) = %v, %v", got, err)
+	}
+	if _, err := ix.XorbSize(ctx, x3); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("XorbSize of a swept xorb: %v", err)
+	}
+	if fs := files(); len(fs) != 2 || !fs[f1.Hash] {
+		t.Fatalf("Files after the sweep = %v; want f1 and r3's file, not f2", fs)
+	}
+	if got, err := ix.Sweep(ctx, []index.SweepCandidate{{Xorb: x3}}, time.Now()); err != nil || len(got) != 0 {
+		t.Fatalf("Sweep of a swept xorb = %v, %v", got, err)
+	}
+	if got, err := ix.DedupXorbs(ctx, r2.Dedup[0]); err != nil || !slices.Equal(got, []hash.Hash{x1}) {
+		t.Fatalf("DedupXorbs with x3 swept = %v, %v; want [x1]", got, err)
+	}
+	if sw, err := ix.Swept(ctx, 0); err != nil || !slices.Equal(sw, []hash.Hash{x3}) {
+		t.Fatalf("Swept = %v, %v; want [x3]", sw, err)
+	}
+
+	// Object deletion pending: PutXorb is refused (retryable), registrations too.
+	if _, err := ix.PutXorb(ctx, ls[2], 102); !errors.Is(err, index.ErrUnavailable) {
+		t.Fatalf("PutXorb of a xorb being collected = %v; want ErrUnavailable", err)
+	}
+	r4 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{recordOver(g, x1, x3)}}
+	if _, err := ix.RegisterShard(ctx, r4); !errors.Is(err, index.ErrXorbGone) || !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("RegisterShard referencing a swept xorb = %v; want ErrXorbGone", err)
+	}
+	wantHidden(t, ix, r4.Files[0].Hash, scope) // nothing of it committed
+	if err := ix.ObjectsDeleted(ctx, []hash.Hash{x3}); err != nil {
+		t.Fatal(err)
+	}
+	if sw, err := ix.Swept(ctx, 0); err != nil || len(sw) != 0 {
+		t.Fatalf("Swept after ObjectsDeleted = %v, %v", sw, err)
+	}
+	if _, err := ix.RegisterShard(ctx, r4); !errors.Is(err, index.ErrXorbGone) {
+		t.Fatalf("RegisterShard referencing a swept, deleted xorb = %v; want ErrXorbGone", err)
+	}
+	// Stored again: usable again.
+	if ins, err := ix.PutXorb(ctx, ls[2], 102); err != nil || !ins {
+		t.Fatalf("PutXorb after the object deletion = %v, %v", ins, err)
+	}
+	mustRegister(t, ix, r4, true)
+	wantFile(t, ix, r4.Files[0], scope)
 }

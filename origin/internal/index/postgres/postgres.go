@@ -347,15 +347,15 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 	if err := db.check(); err != nil {
 		return false, err
 	}
-	var tag pgconn.CommandTag
+	var inserted bool
 	err = db.retry(ctx, func() (err error) {
-		tag, err = db.pool.Exec(ctx, qPutXorb, l.Hash[:], int64(storedSize), layout)
+		inserted, err = db.putXorb(ctx, l.Hash, int64(storedSize), layout) // lifecycle.go
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("put xorb %s: %w", l.Hash, translate(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	return inserted, nil
 }
 
 // RecordPossession implements index.Index.
@@ -554,7 +554,16 @@ func (db *DB) register(ops []*regOp) {
 	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
-	newShards, err := db.hashSet(ctx, qRegister, args...)
+	var refs []hash.Hash
+	for _, op := range live {
+		refs = append(refs, op.b.Refs...)
+	}
+	refs = index.SortedUnique(refs)
+	var newShards map[hash.Hash]bool
+	err := db.retry(ctx, func() (err error) {
+		newShards, err = db.registerTx(ctx, refs, args) // lifecycle.go
+		return err
+	})
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
@@ -685,6 +694,9 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	out, err := index.SplitHashes(xs)
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
+	}
+	if out, err = db.uncollected(ctx, out); err != nil { // lifecycle.go
+		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
 	}
 	return out, nil
 }

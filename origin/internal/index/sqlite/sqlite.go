@@ -68,6 +68,7 @@ type DB struct {
 	done     chan struct{}
 	once     sync.Once
 	closeErr error
+	path     string // Options.Path (the collector's lock file is beside it, lock_unix.go)
 
 	// Statements prepared on the writer connection.
 	insShard, insFile, insVis, insDedup, insXorb, insPossession *sql.Stmt
@@ -113,7 +114,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch,
+	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch, path: o.Path,
 		closing: make(chan struct{}), done: make(chan struct{})}
 	if err := db.migrate(ctx); err != nil {
 		w.Close()
@@ -364,6 +365,9 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 	}
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := putXorbGate(ctx, tx, h); err != nil { // lifecycle.go
+			return err
+		}
 		res, err := tx.StmtContext(ctx, db.insXorb).ExecContext(ctx, h[:], int64(storedSize), layout)
 		if err != nil {
 			return translate(err)
@@ -468,6 +472,9 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		inserted = false // a retried closure must not keep a stale answer
+		if err := reviveRefs(ctx, tx, b.Refs); err != nil { // lifecycle.go
+			return err
+		}
 		xorbs := b.Xorbs
 		if xorbs == nil {
 			xorbs = []byte{}
@@ -625,6 +632,9 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	}
 	out, err := index.SplitHashes(xs)
 	if err != nil {
+		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
+	}
+	if out, err = db.uncollected(ctx, out); err != nil { // lifecycle.go
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
 	return out, nil
