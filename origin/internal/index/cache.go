@@ -233,7 +233,9 @@ func (c *LayoutCache) Condemn(ctx context.Context, xs []hash.Hash, at time.Time)
 }
 
 // Revive implements Index through the wrapped index.
-func (c *LayoutCache) Revive(ctx context.Context, xs []hash.Hash) error { return c.next.Revive(ctx, xs) }
+func (c *LayoutCache) Revive(ctx context.Context, xs []hash.Hash) error {
+	return c.next.Revive(ctx, xs)
+}
 
 // Sweep implements Index and drops the swept xorbs' layouts, so that a shard check in this
 // process does not find them here (the registration's own check in the index is the

@@ -472,7 +472,8 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		inserted = false // a retried closure must not keep a stale answer
-		if err := reviveRefs(ctx, tx, b.Refs); err != nil { // lifecycle.go
+		// Condemned references revive, swept ones refuse (lifecycle.go).
+		if err := reviveRefs(ctx, tx, b.Refs); err != nil {
 			return err
 		}
 		xorbs := b.Xorbs
