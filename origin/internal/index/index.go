@@ -102,6 +102,9 @@ type Event struct {
 	Scope string      // the scope that lost visibility
 	Files []hash.Hash // the files hidden, sorted; nil means every file of the scope
 	At    time.Time   // when it was recorded (informational)
+	// Xorbs, in the events of a garbage collection's sweep (Scope SweepScope, Files nil), are
+	// the xorbs it removed: edges evict their cached bytes.
+	Xorbs []hash.Hash
 }
 
 // Index is the origin's metadata store. All methods are safe for concurrent use and return

@@ -63,6 +63,10 @@ type Lifecycle interface {
 // ErrCollectorBusy: another garbage collection holds the collector's lock.
 var ErrCollectorBusy = errors.New("index: another garbage collection is running")
 
+// SweepScope is the scope of the events Sweep appends. A sweep event names no file, so an edge
+// that only knows visibility events drops nothing that matters (scope "(gc)", every file).
+const SweepScope = "(gc)"
+
 // MaxScanPage is the most rows one Files or Xorbs call returns.
 const MaxScanPage = 1000
 

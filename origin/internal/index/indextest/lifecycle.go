@@ -284,6 +284,16 @@ func testCollect(t *testing.T, ix index.Index) {
 	if err != nil || !slices.Equal(got, []hash.Hash{x3}) {
 		t.Fatalf("Sweep(x3) = %v, %v", got, err)
 	}
+	evs, err := ix.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; last.Scope != index.SweepScope || last.Files != nil || !slices.Equal(last.Xorbs, []hash.Hash{x3}) {
+		t.Fatalf("last event after the sweep = %+v; want the sweep's, naming x3", last)
+	}
+	if evs[0].Xorbs != nil {
+		t.Fatalf("a delete's event names xorbs: %+v", evs[0])
+	}
 	if _, err := ix.XorbSize(ctx, x3); !errors.Is(err, index.ErrNotFound) {
 		t.Fatalf("XorbSize of a swept xorb: %v", err)
 	}

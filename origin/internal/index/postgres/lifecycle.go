@@ -307,6 +307,10 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 		batch.Queue(qDropXorbs, args)
 		batch.Queue(qRevive, args)
 		batch.Queue(qAddSwept, args)
+		// One event naming the xorbs, so edges evict their bytes; the events lock after the
+		// collector's (no other transaction takes both).
+		batch.Queue(`SELECT pg_advisory_xact_lock($1)`, lockEvents)
+		batch.Queue(`INSERT INTO events(scope, files, xorbs) VALUES ($1, NULL, $2)`, index.SweepScope, index.JoinHashes(swept))
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {

@@ -295,7 +295,7 @@ const (
 	qXorbSize = `SELECT stored_size FROM xorbs WHERE hash = $1`
 	qFile     = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = $1 AND v.file = $2`
 	qDedup    = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
-	qEvents   = `SELECT seq, scope, files, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qEvents   = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody     = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
@@ -761,11 +761,15 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 				e     index.Event
 				files []byte
 				at    time.Time
+				xorbs []byte
 			)
-			if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
+			if err := rows.Scan(&e.Seq, &e.Scope, &files, &at, &xorbs); err != nil {
 				return err
 			}
 			if e.Files, err = index.SplitHashes(files); err != nil {
+				return fmt.Errorf("seq %d: %w", e.Seq, err)
+			}
+			if e.Xorbs, err = index.SplitHashes(xorbs); err != nil {
 				return fmt.Errorf("seq %d: %w", e.Seq, err)
 			}
 			e.At = at.UTC()

@@ -291,7 +291,13 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 			}
 			swept = append(swept, c.Xorb)
 		}
-		return nil
+		if len(swept) == 0 {
+			return nil
+		}
+		// One event naming the xorbs, so edges evict their bytes.
+		_, err := tx.ExecContext(ctx, `INSERT INTO events(scope, files, at, xorbs) VALUES (?, NULL, ?, ?)`,
+			index.SweepScope, now, index.JoinHashes(swept))
+		return translate(err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)

@@ -387,7 +387,7 @@ const (
 	qXorbSize      = `SELECT stored_size FROM xorbs WHERE hash = ?`
 	qFile          = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`
 	qDedup         = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ?`
-	qEvents        = `SELECT seq, scope, files, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
+	qEvents        = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
 	qBody          = `SELECT body FROM shards WHERE hash = ?`
 	qHideScope     = `DELETE FROM visibility WHERE scope = ?`
 	qHideFile      = `DELETE FROM visibility WHERE scope = ? AND file = ?`
@@ -694,11 +694,15 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 			e     index.Event
 			files []byte
 			at    int64
+			xorbs []byte
 		)
-		if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Scope, &files, &at, &xorbs); err != nil {
 			return nil, fmt.Errorf("events: %w", translate(err))
 		}
 		if e.Files, err = index.SplitHashes(files); err != nil {
+			return nil, fmt.Errorf("events: seq %d: %w", e.Seq, err)
+		}
+		if e.Xorbs, err = index.SplitHashes(xorbs); err != nil {
 			return nil, fmt.Errorf("events: seq %d: %w", e.Seq, err)
 		}
 		e.At = time.Unix(0, at).UTC()

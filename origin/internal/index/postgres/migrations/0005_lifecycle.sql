@@ -13,5 +13,7 @@ CREATE TABLE swept (
     at   timestamptz NOT NULL,
     done boolean NOT NULL DEFAULT false
 );
+-- Events of a sweep name the xorbs deleted (edges evict their bytes); NULL for the others.
+ALTER TABLE events ADD COLUMN xorbs bytea;
 -- Whether a file is visible in any scope (the collector's scan, Sweep's re-check).
 CREATE INDEX visibility_file ON visibility(file);

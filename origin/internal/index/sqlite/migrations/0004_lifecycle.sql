@@ -12,5 +12,7 @@ CREATE TABLE swept (
     at   INTEGER NOT NULL,
     done INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+-- Events of a sweep name the xorbs deleted (edges evict their bytes); NULL for the others.
+ALTER TABLE events ADD COLUMN xorbs BLOB;
 -- Whether a file is visible in any scope (the collector's scan, Sweep's re-check).
 CREATE INDEX visibility_file ON visibility(file);
