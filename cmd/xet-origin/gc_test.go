@@ -2,11 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
 // gcReport is the JSON report of `xet-origin gc` (origin/internal/gcReport).
@@ -233,5 +239,137 @@ func TestGCCrashAtEachStep(t *testing.T) {
 				f.checkReclaimed(t, o)
 			})
 		})
+	}
+}
+
+// withGCConfig makes o run its background collector every interval with a 1 s grace (forced),
+// adding a "gc" block to o's configuration file (creating one for the embedded backends).
+func withGCConfig(t *testing.T, o *proc, interval string) {
+	t.Helper()
+	cfg := map[string]any{}
+	path := filepath.Join(t.TempDir(), "gc.json")
+	if i := slices.Index(o.args, "--config"); i >= 0 {
+		b, err := os.ReadFile(o.args[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		path = o.args[i+1]
+	} else {
+		o.args = append(o.args, "--config", path)
+	}
+	cfg["gc"] = map[string]any{"interval": interval, "grace": gcGrace, "force": true}
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGCOriginKilledAtEachStep: the origin's background collector (gc.interval 300 ms) is
+// killed with the origin (exit 137, no cleanup, at a failpoint) after marking, between the
+// index sweep and the object deletions, and after the first batch of deletions. Restarted
+// without the failpoint, the origin's next runs finish the job: the store shrinks by the deleted
+// repository's unique bytes and the other repository downloads byte-exact. On both backends.
+func TestGCOriginKilledAtEachStep(t *testing.T) {
+	for _, step := range []string{stepMarked, stepIndexSwept, stepObjectBatch} {
+		t.Run(step, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, o *proc) {
+				p := o.start(t)
+				f := setupGC(t, o)
+				p.Stop()
+				withGCConfig(t, o, "300ms")
+				if st, b := func() (int, []byte) {
+					p := o.start(t)
+					defer p.Stop()
+					return call(t, "DELETE", o.base()+"/v1/scope", o.token(t, f.a, "write"), nil)
+				}(); st != http.StatusOK {
+					t.Fatalf("delete: %d %s", st, b)
+				}
+				saved := o.env
+				o.env = append(append([]string(nil), o.env...), "XETCDN_GC_FAILPOINT="+step)
+				p = o.start(t)
+				o.env = saved
+				select {
+				case <-p.Exited():
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the origin did not reach the failpoint %s within 30 s", step)
+				}
+				if !strings.Contains(p.Log(), "gc failpoint "+step) {
+					t.Fatalf("the origin exited, but not at the failpoint: %s", p.Log())
+				}
+				o.start(t)
+				if err := eventually(30*time.Second, func() error {
+					if got := o.storeBytes(t); f.before-got != f.aUniqueBytes {
+						return fmt.Errorf("store holds %d bytes, want %d", got, f.before-f.aUniqueBytes)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				checkDownload(t, o.client(t, o.token(t, f.b, "read")), f.fb.hash, f.fb.data)
+				if st, _ := call(t, "GET", o.base()+"/v2/reconstructions/"+f.fa.hash.String(), o.token(t, f.a, "read"), nil); st != http.StatusNotFound {
+					t.Errorf("deleted file after the collection: %d", st)
+				}
+			})
+		})
+	}
+}
+
+// TestGCRefusesUnavailableBackends: with the object store or the index unreachable, `xet-origin
+// gc` exits 1 naming the dependency and changes nothing: the next run with both reachable finds
+// exactly what it would have found (the repository's xorbs still unmarked, nothing swept).
+func TestGCRefusesUnavailableBackends(t *testing.T) {
+	bin := buildBinary(t)
+	o := newOrigin(t, bin)
+	pg, s3 := services(t)
+	production(t, o, pg, s3)
+	p := o.start(t)
+	f := setupGC(t, o)
+	if st, b := call(t, "DELETE", o.base()+"/v1/scope", o.token(t, f.a, "write"), nil); st != http.StatusOK {
+		t.Fatalf("delete: %d %s", st, b)
+	}
+	p.Stop()
+	i := slices.Index(o.args, "--config")
+	good := o.args[i+1]
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	dead := testenv.FreeAddr(t) // nothing listens there
+	objs := cfg["objects"].(map[string]any)
+	objs["endpoint"] = dead
+	badStore := filepath.Join(t.TempDir(), "bad-store.json")
+	b, _ = json.Marshal(cfg)
+	if err := os.WriteFile(badStore, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	saved := slices.Clone(o.args)
+	o.args[i+1] = badStore
+	code, out, errOut := o.runAdmin(t, "gc", "--grace", gcGrace, "--force")
+	o.args = saved
+	if code != 1 || !strings.Contains(errOut, "object store") || !strings.Contains(errOut, "unavailable") || out != "" {
+		t.Errorf("gc with the store down: status %d, stdout %q, stderr %q; want 1 naming the store", code, out, errOut)
+	}
+	// The index unreachable: a DSN to the dead address.
+	savedEnv := slices.Clone(o.env)
+	for k, e := range o.env {
+		if strings.HasPrefix(e, "XETCDN_POSTGRES_DSN=") {
+			o.env[k] = "XETCDN_POSTGRES_DSN=postgres://x:y@" + dead + "/db?connect_timeout=2"
+		}
+	}
+	code, out, errOut = o.runAdmin(t, "gc", "--grace", gcGrace, "--force")
+	o.env = savedEnv
+	if code != 1 || out != "" || !strings.Contains(errOut, "unavailable") {
+		t.Errorf("gc with the index down: status %d, stdout %q, stderr %q; want 1, unavailable", code, out, errOut)
+	}
+	// Nothing was marked by the refused runs: this one condemns a's two xorbs.
+	if r := o.gc(t, 0); r.Condemned != 2 || r.Swept != 0 {
+		t.Errorf("first run after the refused ones: %+v; want 2 condemned", r)
 	}
 }

@@ -64,8 +64,19 @@ func (o *proc) usage(t *testing.T, scope ...string) usageAnswer {
 func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
-	i := slices.Index(o.args, "--config")
-	if i < 0 {
+	var cfg struct {
+		Objects struct{ Bucket string } `json:"objects"`
+	}
+	if i := slices.Index(o.args, "--config"); i >= 0 {
+		b, err := os.ReadFile(o.args[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg.Objects.Bucket == "" { // local disk under the data directory
 		root := filepath.Join(o.dir, "objects")
 		err := filepath.WalkDir(filepath.Join(root, "xorbs"), func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -87,16 +98,6 @@ func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 			t.Fatal(err)
 		}
 		return out
-	}
-	b, err := os.ReadFile(o.args[i+1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		Objects struct{ Bucket string } `json:"objects"`
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
 	}
 	s3 := testenv.RequireS3(t)
 	c, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
