@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
 
 // gcReport is the JSON report of `xet-origin gc` (origin/internal/gcReport).
@@ -165,9 +166,22 @@ func TestGCReclaimsDeletedRepository(t *testing.T) {
 
 		// Condemned: not offered by the dedup route (the shared xorb still is).
 		rt := o.token(t, f.b, "read")
-		ua1, ua2 := f.fa.xorbs[1], f.fa2.xorbs[0]
-		if st, _ := call(t, "GET", o.base()+"/v1/chunks/default/"+ua1.layout.ChunkHashes[0].String(), rt, nil); st != http.StatusNotFound {
-			t.Errorf("dedup of a condemned xorb's chunk: %d, want 404", st)
+		ua2 := f.fa2.xorbs[0]
+		// fa's first chunk is a dedup entry naming fa's shard, whose xorbs are shared and ua1.
+		st, ans := call(t, "GET", o.base()+"/v1/chunks/default/"+f.fa.xorbs[0].layout.ChunkHashes[0].String(), rt, nil)
+		if st != http.StatusOK {
+			t.Fatalf("dedup of the shared xorb's chunk: %d", st)
+		}
+		sh, err := shard.Parse(ans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sh.Xorbs) != 1 || sh.Xorbs[0].Hash != f.fa.xorbs[0].hash {
+			t.Errorf("dedup answer offers %d xorbs; want only the shared one, not condemned ua1", len(sh.Xorbs))
+		}
+		// fa2's first chunk names fa2's shard, whose only xorb ua2 is condemned: nothing to offer.
+		if st, _ := call(t, "GET", o.base()+"/v1/chunks/default/"+ua2.layout.ChunkHashes[0].String(), rt, nil); st != http.StatusNotFound {
+			t.Errorf("dedup with every xorb condemned: %d, want 404", st)
 		}
 		// A shard referencing condemned ua2 (no xorb upload: as after a dedup answer) revives it.
 		c := "models/acme/gc-c"
