@@ -60,8 +60,20 @@ func CheckGrace(grace, dedupExpiry time.Duration, force bool) error {
 	return nil
 }
 
+// Roots is a source of GC roots besides visibility: files a later layer keeps alive (a
+// repository's retained commits). Files calls fn for every such file; a file it names is live
+// (its xorbs are kept, its record is never swept) whether or not a scope sees it. Contract:
+// a root may only be added for a file visible at that moment, by a write that is serialised
+// with Sweep the way registrations are (the index's collector lock), so that a sweep never
+// removes a xorb a root added after the mark needs. docs/decisions.md, "Data lifecycle".
+type Roots interface {
+	Files(ctx context.Context, fn func(file hash.Hash) error) error
+}
+
 // GCOptions configure GC.
 type GCOptions struct {
+	// Roots, when set, are walked before the mark (see Roots).
+	Roots []Roots
 	// Grace is how long a xorb stays condemned (offered by no dedup answer, revived by any
 	// registration referencing it) before it is swept. Check it with CheckGrace.
 	Grace  time.Duration
@@ -147,6 +159,12 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 
 	// Mark.
 	now := o.Now()
+	rooted := make(map[hash.Hash]bool)
+	for _, r := range o.Roots {
+		if err := r.Files(ctx, func(f hash.Hash) error { rooted[f] = true; return nil }); err != nil {
+			return rep, fmt.Errorf("gc: roots: %w", err)
+		}
+	}
 	live := make(map[hash.Hash]bool)
 	dead := make(map[hash.Hash][]hash.Hash) // xorb -> dead files referencing it
 	var after hash.Hash
@@ -164,6 +182,7 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 			if err != nil {
 				return rep, fmt.Errorf("gc: %w", err)
 			}
+			f.Visible = f.Visible || rooted[f.Hash]
 			if !f.Visible {
 				rep.DeadFiles++
 			}
