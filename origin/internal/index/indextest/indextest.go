@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"Delete", testDelete},
 		{"Visible", testVisible},
 		{"Collect", testCollect},
+		{"CollectorLock", testCollectorLock},
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},

@@ -335,3 +335,25 @@ func testCollect(t *testing.T, ix index.Index) {
 	mustRegister(t, ix, r4, true)
 	wantFile(t, ix, r4.Files[0], scope)
 }
+
+// testCollectorLock: one holder of the collector's lock at a time; released, it can be taken
+// again.
+func testCollectorLock(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	release, err := ix.LockCollector(ctx)
+	if err != nil {
+		t.Fatalf("LockCollector: %v", err)
+	}
+	if r2, err := ix.LockCollector(ctx); !errors.Is(err, index.ErrCollectorBusy) {
+		if err == nil {
+			r2()
+		}
+		t.Fatalf("LockCollector while held = %v; want ErrCollectorBusy", err)
+	}
+	release()
+	r3, err := ix.LockCollector(ctx)
+	if err != nil {
+		t.Fatalf("LockCollector after the release: %v", err)
+	}
+	r3()
+}
