@@ -174,6 +174,10 @@ func testCollect(t *testing.T, ix index.Index) {
 	r2 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{f2}, Xorbs: []hash.Hash{x3, x1}, Dedup: g.Hashes(1)}
 	mustRegister(t, ix, r1, true)
 	mustRegister(t, ix, r2, true)
+	// A dedup entry for a chunk of x3, from a shard describing x3 and x1.
+	c3 := ls[2].ChunkHashes[0]
+	rd := &index.Registration{Shard: g.Hash(), Scope: scope, Xorbs: []hash.Hash{x1, x3}, Dedup: []hash.Hash{c3}}
+	mustRegister(t, ix, rd, true)
 
 	files := func() map[hash.Hash]bool {
 		t.Helper()
@@ -306,6 +310,10 @@ func testCollect(t *testing.T, ix index.Index) {
 	if got, err := ix.DedupXorbs(ctx, r2.Dedup[0]); err != nil || !slices.Equal(got, []hash.Hash{x1}) {
 		t.Fatalf("DedupXorbs with x3 swept = %v, %v; want [x1]", got, err)
 	}
+	// The swept xorb's chunks lost their dedup entries, so a new registration can offer them.
+	if got, err := ix.DedupXorbs(ctx, c3); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("DedupXorbs of a swept xorb's chunk = %v, %v; want ErrNotFound", got, err)
+	}
 	if sw, err := ix.Swept(ctx, 0); err != nil || !slices.Equal(sw, []hash.Hash{x3}) {
 		t.Fatalf("Swept = %v, %v; want [x3]", sw, err)
 	}
@@ -334,6 +342,11 @@ func testCollect(t *testing.T, ix index.Index) {
 	}
 	mustRegister(t, ix, r4, true)
 	wantFile(t, ix, r4.Files[0], scope)
+	r5 := &index.Registration{Shard: g.Hash(), Scope: scope, Xorbs: []hash.Hash{x3}, Dedup: []hash.Hash{c3}}
+	mustRegister(t, ix, r5, true)
+	if got, err := ix.DedupXorbs(ctx, c3); err != nil || !slices.Equal(got, []hash.Hash{x3}) {
+		t.Fatalf("DedupXorbs of a chunk re-registered after its sweep = %v, %v; want [x3]", got, err)
+	}
 }
 
 // testCollectorLock: one holder of the collector's lock at a time; released, it can be taken

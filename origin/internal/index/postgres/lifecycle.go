@@ -123,6 +123,7 @@ SELECT x.hash, $2 FROM xorbs x WHERE x.hash = ANY($1::bytea[]) ORDER BY x.hash O
 	qVisibleAny  = `SELECT DISTINCT file FROM visibility WHERE file = ANY($1::bytea[])`
 	qDropDead    = `DELETE FROM files f WHERE f.hash = ANY($1::bytea[]) AND NOT EXISTS (SELECT 1 FROM visibility v WHERE v.file = f.hash)`
 	qDropXorbs   = `DELETE FROM xorbs WHERE hash = ANY($1::bytea[])`
+	qDropDedup   = `DELETE FROM dedup WHERE chunk = ANY($1::bytea[])`
 	qAddSwept    = `INSERT INTO swept(xorb, at) SELECT unnest($1::bytea[]), now() ON CONFLICT (xorb) DO UPDATE SET at = excluded.at, done = false`
 	qSweptList   = `SELECT xorb FROM swept WHERE NOT done ORDER BY xorb LIMIT $1`
 	qSweptDone   = `UPDATE swept SET done = true WHERE xorb = ANY($1::bytea[])`
@@ -299,9 +300,19 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 		if len(swept) == 0 {
 			return nil
 		}
+		// The dedup entries of the swept xorbs' chunks go too: an entry left pointing at a
+		// shard whose xorbs are gone would answer nothing and, since the first entry of a chunk
+		// wins, keep the chunk from ever being offered again.
+		chunks, err := sweptChunks(ctx, tx, swept)
+		if err != nil {
+			return err
+		}
 		batch := &pgx.Batch{}
 		if len(dead) > 0 {
 			batch.Queue(qDropDead, hashArgs(index.SortedUnique(dead)))
+		}
+		if len(chunks) > 0 {
+			batch.Queue(qDropDedup, hashArgs(chunks))
 		}
 		args := hashArgs(swept)
 		batch.Queue(qDropXorbs, args)
@@ -317,6 +328,41 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 		return nil, fmt.Errorf("sweep: %w", translate(err))
 	}
 	return swept, nil
+}
+
+// sweptChunks returns the chunk hashes of the xorbs xs, sorted and unique, from their layouts.
+func sweptChunks(ctx context.Context, tx pgx.Tx, xs []hash.Hash) ([]hash.Hash, error) {
+	rows, err := tx.Query(ctx, qLayouts, hashArgs(xs))
+	if err != nil {
+		return nil, err
+	}
+	raw := map[hash.Hash][]byte{}
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h, err := index.HashFromBytes(k)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		raw[h] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	ls, err := index.DecodeLayouts(raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []hash.Hash
+	for _, l := range ls {
+		out = append(out, l.ChunkHashes...)
+	}
+	return index.SortedUnique(out), nil
 }
 
 // txHashes runs a query returning one hash column inside tx.

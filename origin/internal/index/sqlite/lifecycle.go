@@ -122,6 +122,8 @@ WHERE x.hash > ? ORDER BY x.hash LIMIT ?`
 	qFileVisible   = `SELECT 1 FROM visibility WHERE file = ? LIMIT 1`
 	qDropDeadFile  = `DELETE FROM files WHERE hash = ? AND NOT EXISTS (SELECT 1 FROM visibility WHERE file = ?)`
 	qDropXorb      = `DELETE FROM xorbs WHERE hash = ?`
+	qLayoutOf      = `SELECT layout FROM xorbs WHERE hash = ?`
+	qDropDedup     = `DELETE FROM dedup WHERE chunk = ?`
 	qAddSwept      = `INSERT INTO swept(xorb, at, done) VALUES (?, ?, 0) ON CONFLICT (xorb) DO UPDATE SET at = excluded.at, done = 0`
 	qSweptPending  = `SELECT xorb FROM swept WHERE done = 0 ORDER BY xorb LIMIT ?`
 	qSweptDone     = `UPDATE swept SET done = 1 WHERE xorb = ?`
@@ -281,6 +283,9 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 					return translate(err)
 				}
 			}
+			if err := dropDedupOf(ctx, tx, c.Xorb); err != nil {
+				return err
+			}
 			for _, q := range []string{qDropXorb, qRevive} {
 				if _, err := tx.ExecContext(ctx, q, c.Xorb[:]); err != nil {
 					return translate(err)
@@ -303,6 +308,21 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 		return nil, fmt.Errorf("sweep: %w", err)
 	}
 	return swept, nil
+}
+
+// dropDedupOf deletes the dedup entries of the chunks of xorb x (inside Sweep): an entry left
+// pointing at a shard whose xorbs are gone would answer nothing and, since the first entry of a
+// chunk wins, keep the chunk from ever being offered again.
+func dropDedupOf(ctx context.Context, tx *sql.Tx, x hash.Hash) error {
+	var b []byte
+	if err := tx.QueryRowContext(ctx, qLayoutOf, x[:]).Scan(&b); err != nil {
+		return translate(err)
+	}
+	ls, err := index.DecodeLayouts(map[hash.Hash][]byte{x: b})
+	if err != nil {
+		return err
+	}
+	return eachHash(ctx, tx, qDropDedup, ls[x].ChunkHashes, func(h hash.Hash) []any { return []any{h[:]} })
 }
 
 // Swept implements index.Lifecycle.
