@@ -26,9 +26,14 @@
 //	                  ▲         body (the shard itself when kept inline; NULL = in the object store)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
 //
-//	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at
+//	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at,
+//	                            xorbs (a sweep's: the xorbs it removed; NULL otherwise)
 //
 //	possession      (scope, xorb) PK                               RecordPossession, Possessed
+//
+//	condemned       xorb PK ─── at                                 Condemn, Revive (lifecycle.go)
+//	swept           xorb PK ─── at, done (object deleted)          Sweep, Swept, ObjectsDeleted
+//	visibility_file index on visibility(file)                      Files, Sweep re-check
 //
 // A shard body is kept inline in its shard row when the caller passes it in the Registration
 // (ingest does so up to a size threshold, see docs/decisions.md): it is then durable with the
@@ -36,8 +41,9 @@
 //
 // There are no foreign keys: rows are content-addressed and written together in one
 // transaction, so a reference can only ever point at a row committed with it or before it.
-// Everything is immutable except visibility rows, which Hide deletes (and RegisterShard of a shard
-// under a scope adds again).
+// Everything is immutable except visibility rows, which Hide and Delete remove (and RegisterShard
+// of a shard under a scope adds again), and what garbage collection removes (Lifecycle: xorb
+// rows, the records of files no scope sees, dedup entries of swept xorbs' chunks).
 //
 // A possession row says that a writer of scope uploaded the xorb's bytes itself (a validated
 // POST, new or already stored); ingest requires one where a hash alone would let a shard claim
