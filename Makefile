@@ -1,6 +1,6 @@
 # xetcdn — `make help` lists the targets.
 #
-#   make run                   origin + edge on embedded defaults (scripts/run.sh)
+#   make run                   origin + edge on embedded defaults; prints the client exports (scripts/run.sh)
 #   make test                  test services, lint, check-edge-deps, then every package's tests
 #   make fuzz FUZZTIME=30s     every Fuzz target, FUZZTIME each
 #   make bench BENCH=. BENCHTIME=200ms COUNT=1 PKG=./...

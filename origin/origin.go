@@ -48,8 +48,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		return err
 	}
 	defer b.Close() // runs after Serve returned: no request uses the backends any more
+	hs, err := openHubStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
 	srv, err := server.New(server.Options{Config: cfg, Index: b.Index, Objects: b.Objects, Keys: k,
-		DependencyTimeout: cfg.Limits.DependencyTimeout.D(), Log: log, Registerer: reg})
+		DependencyTimeout: cfg.Limits.DependencyTimeout.D(), Log: log, Registerer: reg,
+		Hub: newHub(cfg, hs, b, log)})
 	if err != nil {
 		return err
 	}

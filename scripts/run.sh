@@ -3,18 +3,23 @@
 # the origin (SQLite index + local-disk objects under .cache/run/origin) and, once the
 # cmd/xet-edge binary exists, an edge in front of it. Ctrl-C stops both.
 #
-# Overrides (environment): XETCDN_RUN_DIR, ORIGIN_LISTEN, ORIGIN_ADMIN_LISTEN, EDGE_LISTEN,
-# EDGE_HTTP_LISTEN, EDGE_TOKEN_TTL. Everything listens on loopback unless you say otherwise.
+# Once both answer it prints, on stdout, the exports a client shell needs (README.md, "Use it
+# with the stock clients"); its own messages go to stderr.
+#
+# Overrides (environment): XETCDN_BIN (where the binaries are, default bin/), XETCDN_RUN_DIR,
+# ORIGIN_LISTEN, ORIGIN_ADMIN_LISTEN, EDGE_LISTEN, EDGE_HTTP_LISTEN, EDGE_TOKEN_TTL, DEMO_REPO.
+# Everything listens on loopback unless you say otherwise.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=$ROOT/bin
+BIN=${XETCDN_BIN:-$ROOT/bin}
 DATA=${XETCDN_RUN_DIR:-$ROOT/.cache/run}
 ORIGIN_LISTEN=${ORIGIN_LISTEN:-127.0.0.1:8080}
 ORIGIN_ADMIN_LISTEN=${ORIGIN_ADMIN_LISTEN:-127.0.0.1:9080}
 EDGE_LISTEN=${EDGE_LISTEN:-127.0.0.1:8443}
 EDGE_HTTP_LISTEN=${EDGE_HTTP_LISTEN:-127.0.0.1:8081}
 EDGE_TOKEN_TTL=${EDGE_TOKEN_TTL:-720h}
+DEMO_REPO=${DEMO_REPO:-models/acme/demo}
 WAIT_SECONDS=60
 
 log() { printf 'run: %s\n' "$*" >&2; }
@@ -50,6 +55,7 @@ edge_args=()
 if [ -x "$BIN/xet-edge" ]; then edge_args=(--edge-url "http://$EDGE_HTTP_LISTEN"); fi
 
 mkdir -p "$DATA/origin"
+DATA=$(cd "$DATA" && pwd) BIN=$(cd "$BIN" && pwd) # the exports below name absolute paths
 "$BIN/xet-origin" --data-dir "$DATA/origin" --listen "$ORIGIN_LISTEN" --admin-listen "$ORIGIN_ADMIN_LISTEN" "${edge_args[@]}" &
 pids+=($!)
 wait_healthy "http://$ORIGIN_LISTEN/healthz" "${pids[0]}"
@@ -66,7 +72,23 @@ if [ -x "$BIN/xet-edge" ]; then
 else
 	log "edge:   not built yet (no bin/xet-edge); running the origin alone"
 fi
-log "tokens: $BIN/xet-origin token --data-dir $DATA/origin --scope models/acme/demo --access write"
 log "admin (pprof, POST /admin/v1/hide): $BIN/xet-origin token --data-dir $DATA/origin --access admin --ttl 1h"
+if [ -x "$BIN/xet-edge" ]; then
+	# The exports for a client shell, on stdout: paste them (README.md, "Use it with the stock
+	# clients"). XETCDN_TOKEN is a write token (it reads too) for DEMO_REPO; the edge's
+	# certificate is self-signed, so TLS clients trust XETCDN_CA (SSL_CERT_FILE for hf_xet and
+	# curl, NODE_EXTRA_CA_CERTS for node, --ca-file for xet).
+	[ -f "$DATA/edge/tls/cert.pem" ] || log "warning: no $DATA/edge/tls/cert.pem (a configured certificate?): XETCDN_CA names it anyway"
+	log "ready; in the shell that runs a client, paste:"
+	printf 'export XETCDN_ORIGIN=%q\n' "http://$ORIGIN_LISTEN"
+	printf 'export XETCDN_EDGE=%q\n' "http://$EDGE_HTTP_LISTEN"
+	printf 'export XETCDN_EDGE_TLS=%q\n' "https://$EDGE_LISTEN"
+	printf 'export XETCDN_CA=%q\n' "$DATA/edge/tls/cert.pem"
+	printf 'export XETCDN_REPO=%q\n' "$DEMO_REPO"
+	printf 'export XETCDN_TOKEN=$(%q token --data-dir %q --scope %q --access write --ttl 24h)\n' \
+		"$BIN/xet-origin" "$DATA/origin" "$DEMO_REPO"
+else
+	log "tokens: $BIN/xet-origin token --data-dir $DATA/origin --scope $DEMO_REPO --access write"
+fi
 log "Ctrl-C stops everything"
 wait -n

@@ -11,7 +11,7 @@
 #       XETCDN_TEST_POSTGRES_DSN
 #   MinIO (built from source with `go install`, cached in GOPATH/bin) on 127.0.0.1:59000
 #       XETCDN_TEST_S3_ENDPOINT, XETCDN_TEST_S3_ACCESS_KEY, XETCDN_TEST_S3_SECRET_KEY
-#   hf_xet==1.8.0 in the venv .cache/venv
+#   hf_xet==1.8.0 and huggingface_hub==2.4.0 (the hf CLI) in the venv .cache/venv
 #       XETCDN_TEST_PYTHON
 #   @huggingface/hub 2.17.5 installed from test/clients/package-lock.json
 #       XETCDN_TEST_NODE_DIR
@@ -41,6 +41,7 @@ MINIO_MODULE=github.com/minio/minio
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 
 HF_XET_VERSION=1.8.0
+HF_HUB_VERSION=2.4.0
 VENV=$CACHE/venv
 NODE_DIR=$ROOT/test/clients
 HFJS_VERSION=2.17.5
@@ -258,20 +259,21 @@ minio_stop() {
 # Stock clients
 
 hfxet_ok() {
-	"$VENV/bin/python" -c 'import importlib.metadata as m, sys, hf_xet; sys.exit(m.version("hf_xet") != sys.argv[1])' \
-		"$HF_XET_VERSION"
+	"$VENV/bin/python" -c 'import importlib.metadata as m, sys, hf_xet, huggingface_hub
+sys.exit(m.version("hf_xet") != sys.argv[1] or m.version("huggingface_hub") != sys.argv[2])' \
+		"$HF_XET_VERSION" "$HF_HUB_VERSION" && [ -x "$VENV/bin/hf" ]
 }
 
 hfxet_install() {
 	if [ -x "$VENV/bin/python" ] && hfxet_ok 2>/dev/null; then return 0; fi
-	log "python: installing hf_xet==$HF_XET_VERSION into $VENV"
+	log "python: installing hf_xet==$HF_XET_VERSION huggingface_hub==$HF_HUB_VERSION into $VENV"
 	if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
 		apt_install python3-venv
 	fi
-	rm -rf "$VENV"
-	python3 -m venv "$VENV"
-	"$VENV/bin/python" -m pip install -q --disable-pip-version-check "hf_xet==$HF_XET_VERSION" >&2
-	hfxet_ok || die "hf_xet $HF_XET_VERSION not importable from $VENV"
+	if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
+	"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+		"hf_xet==$HF_XET_VERSION" "huggingface_hub==$HF_HUB_VERSION" >&2
+	hfxet_ok || die "hf_xet $HF_XET_VERSION / huggingface_hub $HF_HUB_VERSION not importable from $VENV"
 }
 
 hfjs_ok() {
@@ -305,7 +307,7 @@ status() {
 	local rc=0
 	if pg_ready 2>/dev/null; then echo "postgres: up ($PG_DSN)"; else echo "postgres: down"; rc=1; fi
 	if minio_live 2>/dev/null; then echo "minio:    up (http://$MINIO_ADDR)"; else echo "minio:    down"; rc=1; fi
-	if [ -x "$VENV/bin/python" ] && hfxet_ok 2>/dev/null; then echo "hf_xet:   $HF_XET_VERSION ($VENV)"; else echo "hf_xet:   missing"; rc=1; fi
+	if [ -x "$VENV/bin/python" ] && hfxet_ok 2>/dev/null; then echo "hf_xet:   $HF_XET_VERSION, huggingface_hub $HF_HUB_VERSION ($VENV)"; else echo "hf_xet:   missing"; rc=1; fi
 	if hfjs_ok 2>/dev/null; then echo "hub.js:   $HFJS_VERSION ($NODE_DIR)"; else echo "hub.js:   missing"; rc=1; fi
 	return $rc
 }

@@ -2,14 +2,16 @@
 //
 //	xet-edge --origin URL --origin-token TOKEN --data-dir DIR --listen HOST:PORT
 //	         [--http-listen HOST:PORT] [--admin-listen HOST:PORT] [--permits N] [--config FILE]
+//	xet-edge check-config [flags]
 //	xet-edge version
 //
 // It serves TLS (HTTP/1.1, HTTP/2) on TCP and HTTP/3 on UDP at --listen, with a self-signed
 // certificate kept in DIR unless one is configured. SIGINT or SIGTERM drain it gracefully.
 // See docs/edge.md.
 //
-// Exit status: 0 after a graceful stop or for --help and version, 2 for an error in the command
-// line or configuration (each problem on its own line of stderr), 1 for any other failure.
+// Exit status: 0 after a graceful stop or for --help, version and a valid check-config, 2 for an
+// error in the command line or configuration (each problem on its own line of stderr), 1 for any
+// other failure.
 package main
 
 import (
@@ -31,6 +33,9 @@ func main() {
 	args := os.Args[1:]
 	if len(args) > 0 {
 		switch args[0] {
+		case "check-config":
+			checkConfig(args[1:])
+			return
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-edge"))
 			return
@@ -58,11 +63,27 @@ func main() {
 	}
 }
 
+// checkConfig runs `xet-edge check-config FLAGS`: the configuration the same flags would run
+// with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
+func checkConfig(args []string) {
+	if cmdline.HelpRequested(args) {
+		usage(os.Stdout)
+		return
+	}
+	summary, err := edge.CheckConfig(args, os.Getenv)
+	if err != nil {
+		cmdline.PrintConfigError(os.Stderr, "xet-edge", err, edge.ErrConfig)
+		os.Exit(2)
+	}
+	fmt.Println("xet-edge: " + summary)
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  xet-edge [flags]   run the edge (see docs/edge.md)
-  xet-edge version   print the version, commit and Go version
-  xet-edge help      print this help
+  xet-edge [flags]               run the edge (see docs/edge.md)
+  xet-edge check-config [flags]  load and validate the configuration these flags name, start nothing
+  xet-edge version               print the version, commit and Go version
+  xet-edge help                  print this help
 
 flags:
 `)

@@ -6,13 +6,17 @@
 //	xet-origin delete --data-dir DIR --scope REPO (FILE_HASH... | --all)
 //	xet-origin usage --data-dir DIR [REPO]
 //	xet-origin gc --data-dir DIR [--dry-run] [--grace DURATION [--force]]
+//	xet-origin check-config [flags]
+//	xet-origin users add --data-dir DIR|--config FILE NAME
+//	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
 // local-disk objects under DIR). SIGINT or SIGTERM drain it gracefully. See docs/origin.md.
 //
-// Exit status: 0 after a graceful stop or for --help and version, 2 for an error in the command
-// line or configuration (each problem on its own line of stderr), 1 for any other failure.
+// Exit status: 0 after a graceful stop or for --help, version and a valid check-config, 2 for an
+// error in the command line or configuration (each problem on its own line of stderr), 1 for any
+// other failure.
 package main
 
 import (
@@ -46,6 +50,22 @@ func main() {
 			return
 		case "delete", "usage", "gc":
 			os.Exit(adminCommand(args[0], args[1:]))
+		case "check-config":
+			checkConfig(args[1:])
+			return
+		case "users", "tokens":
+			run := origin.AddUser
+			if args[0] == "tokens" {
+				run = origin.CreateToken
+			}
+			if err := run(context.Background(), args[1:], os.Stdout, os.Stderr); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return
+				}
+				fmt.Fprintf(os.Stderr, "xet-origin %s: %v\n", args[0], err)
+				os.Exit(2)
+			}
+			return
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-origin"))
 			return
@@ -98,6 +118,21 @@ func adminCommand(name string, args []string) int {
 	}
 }
 
+// checkConfig runs `xet-origin check-config FLAGS`: the configuration the same flags would run
+// with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
+func checkConfig(args []string) {
+	if cmdline.HelpRequested(args) {
+		usage(os.Stdout)
+		return
+	}
+	summary, err := origin.CheckConfig(args, os.Getenv)
+	if err != nil {
+		cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
+		os.Exit(2)
+	}
+	fmt.Println("xet-origin: " + summary)
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   xet-origin [flags]              run the origin (see docs/origin.md)
@@ -107,6 +142,11 @@ func usage(w io.Writer) {
   xet-origin usage [flags] [REPO] storage usage per repository and totals, as JSON
   xet-origin gc [flags] [--dry-run] [--grace D [--force]]
                                   delete what no visible file references ('xet-origin gc -h')
+  xet-origin check-config [flags] load and validate the configuration these flags name, start nothing
+  xet-origin users add --data-dir DIR|--config FILE NAME
+                                  add a user of the Hub API (docs/hub.md)
+  xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
+                                  print a new hf_ access token for a user
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 

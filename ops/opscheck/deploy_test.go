@@ -346,7 +346,7 @@ func composeCommands(t *testing.T) []command {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("compose.yaml: %v", err)
 	}
-	for _, need := range []string{"origin", "edge", "postgres", "minio"} {
+	for _, need := range []string{"origin", "postgres", "minio"} { // the edges: TestCompose
 		if _, ok := doc.Services[need]; !ok {
 			t.Errorf("compose.yaml: no %s service", need)
 		}

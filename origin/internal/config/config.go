@@ -58,6 +58,14 @@ type Config struct {
 	Auth    Auth    `json:"auth"`
 	Limits  Limits  `json:"limits"`
 	GC      GC      `json:"gc"`
+	Hub     Hub     `json:"hub"`
+}
+
+// Hub configures the Hub-compatible repositories API (docs/hub.md).
+type Hub struct {
+	// InlineMax is the largest file committed inline as a regular file (stored as an object);
+	// larger files are uploaded through Xet. 0 = 1 MiB.
+	InlineMax int64 `json:"inline_max"`
 }
 
 // GC configures the origin's background garbage collection and usage gauges
@@ -314,6 +322,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir (--data-dir) is required")
+	}
+	if c.Hub.InlineMax < 0 || c.Hub.InlineMax > 16<<20 {
+		bad("hub.inline_max %d: must be between 0 (default 1 MiB) and 16 MiB", c.Hub.InlineMax)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen %q: %v", c.Listen, err)

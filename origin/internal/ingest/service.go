@@ -12,6 +12,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -52,6 +53,11 @@ type Options struct {
 	MaxInlineShard int
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Registered, when set, is called after every successful shard registration (new or
+	// already known) with the scope and the shard's files, before the upload is acknowledged;
+	// its error fails the upload (the client retries, and registration is idempotent). The hub
+	// uses it to map sha256 to Xet file hashes (origin/internal/hub).
+	Registered func(ctx context.Context, scope string, files []*recon.FileRecord) error
 }
 
 // Service validates and stores uploads. It is safe for concurrent use.
@@ -62,6 +68,7 @@ type Service struct {
 	maxChunkRefs int
 	maxInline    int
 	lenient      bool
+	registered   func(ctx context.Context, scope string, files []*recon.FileRecord) error
 
 	validation *prometheus.HistogramVec
 	bytesIn    *prometheus.CounterVec
@@ -72,7 +79,7 @@ type Service struct {
 // New builds a Service.
 func New(o Options) *Service {
 	s := &Service{idx: o.Index, objs: o.Objects, workers: o.Workers, maxChunkRefs: o.MaxChunkRefs,
-		maxInline: o.MaxInlineShard, lenient: o.AllowNoVerification}
+		maxInline: o.MaxInlineShard, lenient: o.AllowNoVerification, registered: o.Registered}
 	if s.maxChunkRefs <= 0 {
 		s.maxChunkRefs = DefaultMaxChunkRefs
 	}
@@ -296,6 +303,11 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	}
 	if err != nil {
 		return false, fmt.Errorf("register shard %s: %w", h, err)
+	}
+	if s.registered != nil {
+		if err := s.registered(ctx, scope, files); err != nil {
+			return false, fmt.Errorf("after registering shard %s: %w", h, err)
+		}
 	}
 	s.bytesIn.WithLabelValues("shard").Add(float64(len(body)))
 	return ins, nil

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
@@ -76,6 +77,10 @@ type Options struct {
 	// the index and object store decorators backend.Open puts around Index and Objects):
 	// 0 = DefaultDependencyTimeout, < 0 = unbounded.
 	DependencyTimeout time.Duration
+	// Hub, when set, serves the Hub-compatible repositories API (origin/internal/hub,
+	// docs/hub.md) on the main listener: /api/..., /{ns}/{name}/resolve/..., and the hf_ tokens
+	// and public repositories of the token route. Its Registered hook is fed by ingest.
+	Hub *hub.Service
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
 	// signature again (auth.CachingVerifier): 0 = auth.DefaultCacheTTL, < 0 = never cached.
 	TokenCacheTTL time.Duration
@@ -103,6 +108,7 @@ type Server struct {
 	wrapper  *httpserver.Wrapper // wrap's error mapping, token checks and request metrics
 	mux      *http.ServeMux
 	deps     time.Duration // Options.DependencyTimeout in effect (<= 0: unbounded)
+	hub      *hub.Service  // nil: no Hub API
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
@@ -150,6 +156,7 @@ func New(o Options) (*Server, error) {
 		permits:  newPermits(o.Config.Limits.ReconPermits),
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
+		hub:      o.Hub,
 		draining: make(chan struct{}),
 	}
 	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
@@ -160,7 +167,12 @@ func New(o Options) (*Server, error) {
 			func() float64 { return float64(s.conns.Open()) }))
 	}
 	s.tokens = auth.NewCachingVerifier(s.verifier, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
-	s.ingest = ingest.New(ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer})
+	iopts := ingest.Options{Index: o.Index, Objects: o.Objects, Registerer: o.Registerer}
+	if o.Hub != nil {
+		iopts.Registered = o.Hub.Registered
+		o.Hub.SetVerifyCAS(func(r *http.Request) (*auth.Claims, error) { return s.tokens.VerifyRequest(r) })
+	}
+	s.ingest = ingest.New(iopts)
 	s.wrapper = s.newWrapper()
 	s.routes()
 	return s, nil
@@ -218,7 +230,11 @@ func (s *Server) routes() {
 	s.lifecycleRoutes(h)
 	h("GET /healthz", open, s.healthz)
 	h("GET /readyz", open, s.readyz)
+	h("/api/", open, s.hubAPI)
 	h("/", open, func(w http.ResponseWriter, r *http.Request) error {
+		if s.hub != nil && s.hub.ServeResolve(w, r) {
+			return nil
+		}
 		return httpapi.ErrNotFound
 	})
 	s.mux = m

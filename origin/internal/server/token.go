@@ -3,8 +3,11 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -31,12 +34,29 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	case "xet-write-token":
 		need, casURL = auth.Write, s.cfg.PublicURL
 	default:
-		return fmt.Errorf("%w: %q", httpapi.ErrNotFound, r.PathValue("op"))
+		// Every other /api/{type}/{ns}/{name}/{op}/... route is the Hub API's.
+		return s.hubAPI(w, r)
 	}
 	scope := typ + "/" + r.PathValue("namespace") + "/" + r.PathValue("name")
 	now := s.now()
 	ttl := s.cfg.Auth.CASTokenTTL.D()
-	if !s.cfg.DevNoAuth || auth.BearerToken(r) != "" {
+	known := false
+	if s.hub != nil {
+		// A repository of the Hub API, or an hf_ token: the hub decides (public repositories
+		// are readable without a token; hf_ tokens carry grants over repository patterns).
+		var err error
+		if known, err = s.hub.TokenAccess(r, typ, r.PathValue("namespace"), r.PathValue("name"), need == auth.Write); err != nil {
+			s.hub.WriteError(w, r, err)
+			return nil
+		}
+		// A CAS token the hub accepted: the minted one still never outlives it.
+		if bt := auth.BearerToken(r); known && bt != "" && !strings.HasPrefix(bt, hub.TokenPrefix) {
+			if c, err := s.tokens.VerifyRequest(r); err == nil && c.ExpiresAt.Sub(now) < ttl {
+				ttl = c.ExpiresAt.Sub(now)
+			}
+		}
+	}
+	if !known && (!s.cfg.DevNoAuth || auth.BearerToken(r) != "") {
 		c, err := s.tokens.VerifyRequest(r)
 		if err != nil {
 			return err
@@ -61,6 +81,21 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// huggingface_hub reads the answer from these headers, hf_xet and huggingface.js from the
+	// JSON body.
+	w.Header().Set("X-Xet-Cas-Url", casURL)
+	w.Header().Set("X-Xet-Access-Token", tok)
+	w.Header().Set("X-Xet-Token-Expiration", strconv.FormatInt(exp.Unix(), 10))
 	httpapi.WriteJSON(w, http.StatusOK, wire.Token{CasURL: casURL, Exp: exp.Unix(), AccessToken: tok})
+	return nil
+}
+
+// hubAPI hands /api/... to the Hub API (it writes its own answers, in the Hub's error shape);
+// 404 without one.
+func (s *Server) hubAPI(w http.ResponseWriter, r *http.Request) error {
+	if s.hub == nil {
+		return fmt.Errorf("%w: %s", httpapi.ErrNotFound, r.URL.Path)
+	}
+	s.hub.ServeAPI(w, r)
 	return nil
 }
