@@ -10,6 +10,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/edge/internal/server"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // dataSource is the xorb byte source and what the server needs to know about its errors.
@@ -17,6 +18,8 @@ type dataSource struct {
 	bytes             server.XorbBytes
 	corrupt, badRange []error
 	close             func() error
+	// evict drops the cached bytes of xorbs the origin's garbage collection deleted.
+	evict func(xs []hash.Hash) int
 }
 
 // openData opens the verified on-disk xorb cache, filled from the origin's internal xorb route.
@@ -29,5 +32,5 @@ func openData(ctx context.Context, cfg *config.Config, client *originapi.Client,
 		return nil, err
 	}
 	return &dataSource{bytes: c, corrupt: []error{datacache.ErrCorrupt}, badRange: []error{datacache.ErrBadRange},
-		close: c.Close}, nil
+		close: c.Close, evict: c.Evict}, nil
 }

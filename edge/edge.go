@@ -30,6 +30,7 @@ import (
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // transferKeyFile holds the HMAC key of the edge's transfer URLs (32 bytes, mode 0600). Edges
@@ -141,7 +142,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	e := &Edge{lns: lns, src: srv.Source(), done: make(chan struct{})}
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
-	go followEvents(bg, client, meta, cfg.Limits.EventsWait.D(), log)
+	go followEvents(bg, client, meta, data.evict, cfg.Limits.EventsWait.D(), log)
 	log.Info("xet-edge serving", "listen", lns.TLS.Addr().String(), "http_listen", addr(lns.HTTP),
 		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits)
 	go func() {
@@ -236,7 +237,8 @@ func loadOrCreateKey(path string) ([]byte, error) {
 // followEvents applies the origin's visibility revocations to the metadata cache until ctx
 // ends. It starts from the beginning of the stream (replaying old revocations is harmless on
 // an empty cache) and backs off while the origin is unreachable.
-func followEvents(ctx context.Context, client *originapi.Client, meta *metacache.Cache, wait time.Duration, log *slog.Logger) {
+func followEvents(ctx context.Context, client *originapi.Client, meta *metacache.Cache, evict func([]hash.Hash) int,
+	wait time.Duration, log *slog.Logger) {
 	var after int64
 	backoff := time.Second
 	for ctx.Err() == nil {
@@ -258,6 +260,10 @@ func followEvents(ctx context.Context, client *originapi.Client, meta *metacache
 		}
 		backoff = time.Second
 		for _, ev := range evs {
+			if len(ev.Xorbs) > 0 { // the origin's garbage collection deleted these xorbs
+				n := evict(ev.Xorbs)
+				log.Info("evicted deleted xorbs", "xorbs", len(ev.Xorbs), "segments", n, "seq", ev.Seq)
+			}
 			meta.Revoke(ev.Scope, ev.Files)
 			after = max(after, ev.Seq)
 		}

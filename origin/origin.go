@@ -17,6 +17,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
+	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
 	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/auth"
 )
@@ -62,6 +63,17 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if err != nil {
 		return err
 	}
+	// Background garbage collection and usage gauges (docs/origin.md, "Garbage collection");
+	// stopped before the backends close (Serve returns first, then the deferred cancel).
+	gcCtx, stopGC := context.WithCancel(ctx)
+	gcDone := make(chan struct{})
+	defer func() { stopGC(); <-gcDone }()
+	go func() {
+		defer close(gcDone)
+		lifecycle.RunCollector(gcCtx, b.Index, b.Objects, lifecycle.NewMetrics(reg), lifecycle.CollectorOptions{
+			Interval: cfg.GC.Interval.D(), Grace: cfg.EffectiveGrace(), Log: log,
+			Failpoint: lifecycle.FailpointFromEnv(getenv)})
+	}()
 	log.Info("xet-origin serving", "listen", lns.Main.Addr().String(), "admin", cfg.AdminListen,
 		"index", cfg.Index.Driver, "objects", cfg.Objects.Driver, "public_url", cfg.PublicURL)
 	return server.Serve(ctx, log, lns, srv.Handler(), srv.Admin(reg, b.Index), cfg.Limits.ShutdownGrace.D(), srv.Drain,

@@ -3,6 +3,9 @@
 //
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
+//	xet-origin delete --data-dir DIR --scope REPO (FILE_HASH... | --all)
+//	xet-origin usage --data-dir DIR [REPO]
+//	xet-origin gc --data-dir DIR [--dry-run] [--grace DURATION [--force]]
 //	xet-origin check-config [flags]
 //	xet-origin users add --data-dir DIR|--config FILE NAME
 //	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
@@ -45,6 +48,8 @@ func main() {
 				os.Exit(2)
 			}
 			return
+		case "delete", "usage", "gc":
+			os.Exit(adminCommand(args[0], args[1:]))
 		case "check-config":
 			checkConfig(args[1:])
 			return
@@ -88,6 +93,31 @@ func main() {
 	}
 }
 
+// adminCommand runs an offline admin command (docs/origin.md, "Deleting data") and returns
+// the exit status: 0 done (or --help), 2 command line or configuration, 1 anything else.
+func adminCommand(name string, args []string) int {
+	run := origin.Delete
+	switch name {
+	case "usage":
+		run = origin.Usage
+	case "gc":
+		run = origin.GC
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, origin.ErrConfig):
+		cmdline.PrintConfigError(os.Stderr, "xet-origin "+name, err, origin.ErrConfig)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "xet-origin %s: %v\n", name, err)
+		return 1
+	}
+}
+
 // checkConfig runs `xet-origin check-config FLAGS`: the configuration the same flags would run
 // with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
 func checkConfig(args []string) {
@@ -107,6 +137,11 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   xet-origin [flags]              run the origin (see docs/origin.md)
   xet-origin token [token flags]  mint a token signed with the origin's key ('xet-origin token -h')
+  xet-origin delete [flags] --scope REPO (FILE... | --all)
+                                  delete files or a whole repository ('xet-origin delete -h')
+  xet-origin usage [flags] [REPO] storage usage per repository and totals, as JSON
+  xet-origin gc [flags] [--dry-run] [--grace D [--force]]
+                                  delete what no visible file references ('xet-origin gc -h')
   xet-origin check-config [flags] load and validate the configuration these flags name, start nothing
   xet-origin users add --data-dir DIR|--config FILE NAME
                                   add a user of the Hub API (docs/hub.md)

@@ -17,6 +17,9 @@ type Event struct {
 	Scope string      `json:"scope"`
 	Files []hash.Hash `json:"files"` // null: every file of the scope
 	At    time.Time   `json:"at"`    // when it was recorded (informational)
+	// Xorbs, in the events of the origin's garbage collection, are xorbs it deleted: an edge
+	// evicts their cached bytes. Absent in visibility events (older edges ignore the key).
+	Xorbs []hash.Hash `json:"xorbs,omitempty"`
 }
 
 // eventsAnswer is the events answer, {"events":[…]}.
@@ -61,6 +64,7 @@ func DecodeEvents(b []byte, after int64) ([]Event, error) {
 			Scope *string         `json:"scope"`
 			Files json.RawMessage `json:"files"`
 			At    *time.Time      `json:"at"`
+			Xorbs []hash.Hash     `json:"xorbs"`
 		} `json:"events"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
@@ -81,7 +85,7 @@ func DecodeEvents(b []byte, after int64) ([]Event, error) {
 		case *r.Scope == "":
 			return nil, fmt.Errorf("%w: event %d (seq %d) has an empty scope", ErrMalformed, i, *r.Seq)
 		}
-		e := Event{Seq: *r.Seq, Scope: *r.Scope, At: *r.At}
+		e := Event{Seq: *r.Seq, Scope: *r.Scope, At: *r.At, Xorbs: r.Xorbs}
 		if !bytes.Equal(r.Files, []byte("null")) {
 			if err := json.Unmarshal(r.Files, &e.Files); err != nil {
 				return nil, fmt.Errorf("%w: event %d (seq %d) files: %w", ErrMalformed, i, *r.Seq, err)

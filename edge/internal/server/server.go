@@ -240,6 +240,8 @@ func (s *Server) routes() {
 	proxied("GET /v1/reconstructions")
 	proxied("POST /v1/reconstructions")
 	proxied("GET /api/{type}/{namespace}/{name}/{op}/{rev...}")
+	proxied("DELETE /v1/files/{file}") // deletion (docs/protocol.md §17); edges learn it from the events
+	proxied("DELETE /v1/scope")
 	local("/", open, func(http.ResponseWriter, *http.Request) error { return httpapi.ErrNotFound })
 	s.mux = m
 }

@@ -57,6 +57,7 @@ type Config struct {
 	Objects Objects `json:"objects"`
 	Auth    Auth    `json:"auth"`
 	Limits  Limits  `json:"limits"`
+	GC      GC      `json:"gc"`
 	Hub     Hub     `json:"hub"`
 }
 
@@ -65,6 +66,19 @@ type Hub struct {
 	// InlineMax is the largest file committed inline as a regular file (stored as an object);
 	// larger files are uploaded through Xet. 0 = 1 MiB.
 	InlineMax int64 `json:"inline_max"`
+}
+
+// GC configures the origin's background garbage collection and usage gauges
+// (origin/internal/lifecycle; docs/origin.md, "Garbage collection").
+type GC struct {
+	// Interval between two runs; 0 (the default) = no background runs (`xet-origin gc` only).
+	Interval Duration `json:"interval"`
+	// Grace is how long an unreferenced xorb stays condemned before it is deleted; it must
+	// cover auth.dedup_expiry unless Force. 0 (the default) = dedup_expiry + 1 day
+	// (EffectiveGrace).
+	Grace Duration `json:"grace"`
+	// Force accepts a grace shorter than auth.dedup_expiry (tests, or stores without dedup).
+	Force bool `json:"force"`
 }
 
 // Index selects the index backend.
@@ -155,6 +169,7 @@ func Default() Config {
 			DedupExpiry:    Duration(7 * 24 * time.Hour),
 			Leeway:         Duration(30 * time.Second),
 		},
+
 		Limits: Limits{
 			PaceFloor:         4 << 10,
 			PaceWindow:        Duration(10 * time.Second),
@@ -179,6 +194,14 @@ func Default() Config {
 			ReadHeaderTimeout:   Duration(30 * time.Second),
 		},
 	}
+}
+
+// EffectiveGrace is gc.grace, or auth.dedup_expiry + 1 day when it is 0.
+func (c *Config) EffectiveGrace() time.Duration {
+	if c.GC.Grace == 0 {
+		return c.Auth.DedupExpiry.D() + 24*time.Hour
+	}
+	return c.GC.Grace.D()
 }
 
 // ErrInvalid wraps every configuration problem.
@@ -363,6 +386,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Auth.Leeway < 0 {
 		bad("auth.leeway must not be negative")
+	}
+	if c.GC.Interval < 0 {
+		bad("gc.interval must not be negative (0 = off)")
+	}
+	if g := c.EffectiveGrace(); g < time.Second {
+		bad("gc.grace %v is below 1s", g)
+	} else if g < c.Auth.DedupExpiry.D() && !c.GC.Force {
+		bad("gc.grace %v is shorter than auth.dedup_expiry %v, which it must cover (gc.force to accept)", g, c.Auth.DedupExpiry.D())
 	}
 	if c.Limits.IngestMemory < 128<<20 {
 		bad("limits.ingest_memory %d is below one maximal xorb (128 MiB)", c.Limits.IngestMemory)

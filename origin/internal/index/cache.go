@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -206,4 +207,63 @@ func (c *LayoutCache) Close() error {
 		c.err = c.next.Close()
 	})
 	return c.err
+}
+
+// Lifecycle (index.Lifecycle).
+
+// Delete implements Index through the wrapped index (layouts are immutable; a deleted xorb's
+// layout leaves the cache by eviction only).
+func (c *LayoutCache) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	return c.next.Delete(ctx, scope, files)
+}
+
+// VisibleFiles implements Index through the wrapped index.
+func (c *LayoutCache) VisibleFiles(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	return c.next.VisibleFiles(ctx, after, limit)
+}
+
+// Files implements Index through the wrapped index.
+func (c *LayoutCache) Files(ctx context.Context, after hash.Hash, limit int) ([]FileEntry, error) {
+	return c.next.Files(ctx, after, limit)
+}
+
+// Xorbs implements Index through the wrapped index.
+func (c *LayoutCache) Xorbs(ctx context.Context, after hash.Hash, limit int) ([]XorbEntry, error) {
+	return c.next.Xorbs(ctx, after, limit)
+}
+
+// Condemn implements Index through the wrapped index.
+func (c *LayoutCache) Condemn(ctx context.Context, xs []hash.Hash, at time.Time) error {
+	return c.next.Condemn(ctx, xs, at)
+}
+
+// Revive implements Index through the wrapped index.
+func (c *LayoutCache) Revive(ctx context.Context, xs []hash.Hash) error {
+	return c.next.Revive(ctx, xs)
+}
+
+// Sweep implements Index and drops the swept xorbs' layouts, so that a shard check in this
+// process does not find them here (the registration's own check in the index is the
+// authority; this only makes the refusal early and clear).
+func (c *LayoutCache) Sweep(ctx context.Context, cands []SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	swept, err := c.next.Sweep(ctx, cands, condemnedBefore)
+	for _, x := range cands { // a failed Sweep may still have committed
+		c.c.Del(string(x.Xorb[:]))
+	}
+	return swept, err
+}
+
+// Swept implements Index through the wrapped index.
+func (c *LayoutCache) Swept(ctx context.Context, limit int) ([]hash.Hash, error) {
+	return c.next.Swept(ctx, limit)
+}
+
+// ObjectsDeleted implements Index through the wrapped index.
+func (c *LayoutCache) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
+	return c.next.ObjectsDeleted(ctx, xs)
+}
+
+// LockCollector implements Index through the wrapped index.
+func (c *LayoutCache) LockCollector(ctx context.Context) (func(), error) {
+	return c.next.LockCollector(ctx)
 }

@@ -239,3 +239,67 @@ func encodeLayouts(m map[hash.Hash]*xorb.Layout) (map[hash.Hash][]byte, error) {
 	}
 	return out, nil
 }
+
+// Lifecycle (index.Lifecycle).
+
+// Delete implements Index. Like Hide, once the wrapped index has answered (a failure may still
+// have committed), the answers for the deleted files (all of the scope's when files is empty)
+// are forgotten, and lookups that started before are neither stored nor joined.
+func (c *FileCache) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	n, err := c.next.Delete(ctx, scope, files)
+	c.cache.Revoke(scope, files)
+	return n, err
+}
+
+// VisibleFiles implements Index through the wrapped index; nothing is cached.
+func (c *FileCache) VisibleFiles(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.next.VisibleFiles(ctx, after, limit)
+}
+
+// Files implements Index through the wrapped index; nothing is cached.
+func (c *FileCache) Files(ctx context.Context, after hash.Hash, limit int) ([]FileEntry, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.next.Files(ctx, after, limit)
+}
+
+// Xorbs implements Index through the wrapped index.
+func (c *FileCache) Xorbs(ctx context.Context, after hash.Hash, limit int) ([]XorbEntry, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.next.Xorbs(ctx, after, limit)
+}
+
+// Condemn implements Index through the wrapped index.
+func (c *FileCache) Condemn(ctx context.Context, xs []hash.Hash, at time.Time) error {
+	return c.next.Condemn(ctx, xs, at)
+}
+
+// Revive implements Index through the wrapped index.
+func (c *FileCache) Revive(ctx context.Context, xs []hash.Hash) error { return c.next.Revive(ctx, xs) }
+
+// Sweep implements Index through the wrapped index. The records it deletes are of files no
+// scope saw; a cached record is only ever served with a positive visibility answer.
+func (c *FileCache) Sweep(ctx context.Context, cands []SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	return c.next.Sweep(ctx, cands, condemnedBefore)
+}
+
+// Swept implements Index through the wrapped index.
+func (c *FileCache) Swept(ctx context.Context, limit int) ([]hash.Hash, error) {
+	return c.next.Swept(ctx, limit)
+}
+
+// ObjectsDeleted implements Index through the wrapped index.
+func (c *FileCache) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
+	return c.next.ObjectsDeleted(ctx, xs)
+}
+
+// LockCollector implements Index through the wrapped index.
+func (c *FileCache) LockCollector(ctx context.Context) (func(), error) {
+	return c.next.LockCollector(ctx)
+}

@@ -26,9 +26,14 @@
 //	                  ▲         body (the shard itself when kept inline; NULL = in the object store)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
 //
-//	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at
+//	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at,
+//	                            xorbs (a sweep's: the xorbs it removed; NULL otherwise)
 //
 //	possession      (scope, xorb) PK                               RecordPossession, Possessed
+//
+//	condemned       xorb PK ─── at                                 Condemn, Revive (lifecycle.go)
+//	swept           xorb PK ─── at, done (object deleted)          Sweep, Swept, ObjectsDeleted
+//	visibility_file index on visibility(file)                      Files, Sweep re-check
 //
 // A shard body is kept inline in its shard row when the caller passes it in the Registration
 // (ingest does so up to a size threshold, see docs/decisions.md): it is then durable with the
@@ -36,8 +41,9 @@
 //
 // There are no foreign keys: rows are content-addressed and written together in one
 // transaction, so a reference can only ever point at a row committed with it or before it.
-// Everything is immutable except visibility rows, which Hide deletes (and RegisterShard of a shard
-// under a scope adds again).
+// Everything is immutable except visibility rows, which Hide and Delete remove (and RegisterShard
+// of a shard under a scope adds again), and what garbage collection removes (Lifecycle: xorb
+// rows, the records of files no scope sees, dedup entries of swept xorbs' chunks).
 //
 // A possession row says that a writer of scope uploaded the xorb's bytes itself (a validated
 // POST, new or already stored); ingest requires one where a hash alone would let a shard claim
@@ -102,6 +108,9 @@ type Event struct {
 	Scope string      // the scope that lost visibility
 	Files []hash.Hash // the files hidden, sorted; nil means every file of the scope
 	At    time.Time   // when it was recorded (informational)
+	// Xorbs, in the events of a garbage collection's sweep (Scope SweepScope, Files nil), are
+	// the xorbs it removed: edges evict their cached bytes.
+	Xorbs []hash.Hash
 }
 
 // Index is the origin's metadata store. All methods are safe for concurrent use and return
@@ -153,6 +162,7 @@ type Index interface {
 	Close() error
 	Raw
 	ShardBodies
+	Lifecycle
 }
 
 // Raw is part of Index: the same lookups as File and Layouts, answered with the stored
@@ -228,6 +238,9 @@ type Batch struct {
 	Dedup      []hash.Hash // sorted, unique
 	Xorbs      []byte      // the shard's xorbs, unique, in shard order, 32 bytes each
 	Body       []byte      // the shard body to keep inline; nil = none (never empty)
+	// Refs are the xorbs the files' terms reference, sorted, unique: the registration revives
+	// the condemned ones and is refused if one was swept (index.Lifecycle).
+	Refs []hash.Hash
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
@@ -259,6 +272,13 @@ func NewBatch(r *Registration) (*Batch, error) {
 	if len(r.Body) > 0 {
 		b.Body = r.Body
 	}
+	var refs []hash.Hash
+	for _, f := range files {
+		for _, t := range f.Terms {
+			refs = append(refs, t.Xorb)
+		}
+	}
+	b.Refs = SortedUnique(refs)
 	for i, f := range files {
 		rec, err := f.MarshalBinary()
 		if err != nil {

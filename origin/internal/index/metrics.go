@@ -176,3 +176,75 @@ func (m *Metrics) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 	m.observe("ShardBody", start, err)
 	return b, err
 }
+
+// Lifecycle (index.Lifecycle).
+
+func (m *Metrics) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	start := time.Now()
+	n, err := m.next.Delete(ctx, scope, files)
+	m.observe("Delete", start, err)
+	return n, err
+}
+
+func (m *Metrics) VisibleFiles(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	start := time.Now()
+	out, err := m.next.VisibleFiles(ctx, after, limit)
+	m.observe("VisibleFiles", start, err)
+	return out, err
+}
+
+func (m *Metrics) Files(ctx context.Context, after hash.Hash, limit int) ([]FileEntry, error) {
+	start := time.Now()
+	out, err := m.next.Files(ctx, after, limit)
+	m.observe("Files", start, err)
+	return out, err
+}
+
+func (m *Metrics) Xorbs(ctx context.Context, after hash.Hash, limit int) ([]XorbEntry, error) {
+	start := time.Now()
+	out, err := m.next.Xorbs(ctx, after, limit)
+	m.observe("Xorbs", start, err)
+	return out, err
+}
+
+func (m *Metrics) Condemn(ctx context.Context, xs []hash.Hash, at time.Time) error {
+	start := time.Now()
+	err := m.next.Condemn(ctx, xs, at)
+	m.observe("Condemn", start, err)
+	return err
+}
+
+func (m *Metrics) Revive(ctx context.Context, xs []hash.Hash) error {
+	start := time.Now()
+	err := m.next.Revive(ctx, xs)
+	m.observe("Revive", start, err)
+	return err
+}
+
+func (m *Metrics) Sweep(ctx context.Context, cands []SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	start := time.Now()
+	out, err := m.next.Sweep(ctx, cands, condemnedBefore)
+	m.observe("Sweep", start, err)
+	return out, err
+}
+
+func (m *Metrics) Swept(ctx context.Context, limit int) ([]hash.Hash, error) {
+	start := time.Now()
+	out, err := m.next.Swept(ctx, limit)
+	m.observe("Swept", start, err)
+	return out, err
+}
+
+func (m *Metrics) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
+	start := time.Now()
+	err := m.next.ObjectsDeleted(ctx, xs)
+	m.observe("ObjectsDeleted", start, err)
+	return err
+}
+
+func (m *Metrics) LockCollector(ctx context.Context) (func(), error) {
+	start := time.Now()
+	release, err := m.next.LockCollector(ctx)
+	m.observe("LockCollector", start, err)
+	return release, err
+}

@@ -128,3 +128,54 @@ func (t *Timeouts) LayoutBytes(ctx context.Context, hs []hash.Hash) (map[hash.Ha
 func (t *Timeouts) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]byte, error) { return t.next.ShardBody(ctx, h) })
 }
+
+// Lifecycle (index.Lifecycle).
+
+// Delete is bounded like Hide: one cut off may still commit; deleting again then answers
+// ErrNotFound, which callers retrying a delete treat as done.
+func (t *Timeouts) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (int, error) { return t.next.Delete(ctx, scope, files) })
+}
+
+// VisibleFiles bounds each page.
+func (t *Timeouts) VisibleFiles(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]VisibleFile, error) { return t.next.VisibleFiles(ctx, after, limit) })
+}
+
+// The garbage collector's calls are bounded like every other: each is one page or one batch.
+
+func (t *Timeouts) Files(ctx context.Context, after hash.Hash, limit int) ([]FileEntry, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]FileEntry, error) { return t.next.Files(ctx, after, limit) })
+}
+
+func (t *Timeouts) Xorbs(ctx context.Context, after hash.Hash, limit int) ([]XorbEntry, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]XorbEntry, error) { return t.next.Xorbs(ctx, after, limit) })
+}
+
+func (t *Timeouts) Condemn(ctx context.Context, xs []hash.Hash, at time.Time) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.next.Condemn(ctx, xs, at) })
+	return err
+}
+
+func (t *Timeouts) Revive(ctx context.Context, xs []hash.Hash) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.next.Revive(ctx, xs) })
+	return err
+}
+
+// Sweep cut off may still commit; the collector then finds the xorbs swept on its next run.
+func (t *Timeouts) Sweep(ctx context.Context, cands []SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.Sweep(ctx, cands, condemnedBefore) })
+}
+
+func (t *Timeouts) Swept(ctx context.Context, limit int) ([]hash.Hash, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.Swept(ctx, limit) })
+}
+
+func (t *Timeouts) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.next.ObjectsDeleted(ctx, xs) })
+	return err
+}
+
+func (t *Timeouts) LockCollector(ctx context.Context) (func(), error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) (func(), error) { return t.next.LockCollector(ctx) })
+}

@@ -59,6 +59,8 @@ type Objects interface {
 	// GetRange returns the n bytes of key from offset off. The caller closes the reader
 	// (possession proofs read stored chunks).
 	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
+	// Stat returns the size of the object under key, or objstore.ErrNotFound (lifecycle.go).
+	Stat(ctx context.Context, key string) (int64, error)
 }
 
 // Index is the part of the index ingest uses.

@@ -151,6 +151,7 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	size := uint64(area + len(footer))
 	obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
 	err = s.objs.Create(ctx, XorbKey(h), obj, int64(size))
+	own := err == nil // this upload wrote the object the row will describe
 	if errors.Is(err, objstore.ErrExists) {
 		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
 		// otherwise index what they stored, whoever commits the row first.
@@ -165,6 +166,11 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	ins, err := s.idx.PutXorb(ctx, l, size)
 	if err != nil {
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
+	}
+	if ins {
+		if err := s.ensureStored(ctx, h, own, body[:area], footer, int64(size)); err != nil { // lifecycle.go
+			return false, err
+		}
 	}
 	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
 	return ins, nil
@@ -290,6 +296,11 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 		reg.Xorbs[i] = sh.Xorbs[i].Hash
 	}
 	ins, err := s.idx.RegisterShard(ctx, reg)
+	if errors.Is(err, index.ErrXorbGone) {
+		// Collected after the checks passed (docs/decisions.md, "Data lifecycle"): the client
+		// must upload the xorb again. %v: not the index's not-found, which would be a 404.
+		return false, fmt.Errorf("%w: shard %s: %v (upload it again)", ErrMissingXorb, h, err)
+	}
 	if err != nil {
 		return false, fmt.Errorf("register shard %s: %w", h, err)
 	}

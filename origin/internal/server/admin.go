@@ -51,6 +51,7 @@ func (s *Server) Admin(g prometheus.Gatherer, h Hider) http.Handler {
 	return httpserver.Admin(g, s.wrap, func(m *http.ServeMux) {
 		m.Handle("POST /admin/v1/hide", s.wrap("POST /admin/v1/hide", auth.Admin,
 			func(w http.ResponseWriter, r *http.Request) error { return s.adminHide(w, r, h) }))
+		s.adminLifecycleRoutes(m)
 	})
 }
 

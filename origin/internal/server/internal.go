@@ -161,7 +161,7 @@ func (s *Server) internalEvents(w http.ResponseWriter, r *http.Request) error {
 		if len(evs) > 0 {
 			out := make([]internalapi.Event, len(evs))
 			for i, e := range evs {
-				out[i] = internalapi.Event{Seq: e.Seq, Scope: e.Scope, Files: e.Files, At: e.At}
+				out[i] = internalapi.Event{Seq: e.Seq, Scope: e.Scope, Files: e.Files, At: e.At, Xorbs: e.Xorbs}
 			}
 			b, err := internalapi.AppendEvents(nil, out)
 			if err != nil {

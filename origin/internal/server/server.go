@@ -51,6 +51,7 @@ type Index interface {
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
 	Events(ctx context.Context, after int64, limit int) ([]index.Event, error)
 	Ping(ctx context.Context) error
+	index.Lifecycle // deletion and usage (lifecycle.go)
 }
 
 var _ Index = index.Index(nil)
@@ -241,6 +242,7 @@ func (s *Server) routes() {
 	h("GET "+internalapi.XorbsPattern, auth.Edge, s.internalXorb)
 	h("GET "+internalapi.JWKSPath, auth.Edge, s.internalJWKS)
 	h("GET "+internalapi.EventsPath, auth.Edge, s.internalEvents)
+	s.lifecycleRoutes(h)
 	h("GET /healthz", open, s.healthz)
 	h("GET /readyz", open, s.readyz)
 	h("/api/", open, s.hubAPI)

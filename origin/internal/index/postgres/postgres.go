@@ -295,7 +295,7 @@ const (
 	qXorbSize = `SELECT stored_size FROM xorbs WHERE hash = $1`
 	qFile     = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = $1 AND v.file = $2`
 	qDedup    = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
-	qEvents   = `SELECT seq, scope, files, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qEvents   = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody     = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
@@ -347,15 +347,15 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 	if err := db.check(); err != nil {
 		return false, err
 	}
-	var tag pgconn.CommandTag
+	var inserted bool
 	err = db.retry(ctx, func() (err error) {
-		tag, err = db.pool.Exec(ctx, qPutXorb, l.Hash[:], int64(storedSize), layout)
+		inserted, err = db.putXorb(ctx, l.Hash, int64(storedSize), layout) // lifecycle.go
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("put xorb %s: %w", l.Hash, translate(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	return inserted, nil
 }
 
 // RecordPossession implements index.Index.
@@ -554,7 +554,16 @@ func (db *DB) register(ops []*regOp) {
 	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
-	newShards, err := db.hashSet(ctx, qRegister, args...)
+	var refs []hash.Hash
+	for _, op := range live {
+		refs = append(refs, op.b.Refs...)
+	}
+	refs = index.SortedUnique(refs)
+	var newShards map[hash.Hash]bool
+	err := db.retry(ctx, func() (err error) {
+		newShards, err = db.registerTx(ctx, refs, args) // lifecycle.go
+		return err
+	})
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
@@ -702,6 +711,9 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
+	if out, err = db.uncollected(ctx, out); err != nil { // lifecycle.go
+		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
+	}
 	return out, nil
 }
 
@@ -765,11 +777,15 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 				e     index.Event
 				files []byte
 				at    time.Time
+				xorbs []byte
 			)
-			if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
+			if err := rows.Scan(&e.Seq, &e.Scope, &files, &at, &xorbs); err != nil {
 				return err
 			}
 			if e.Files, err = index.SplitHashes(files); err != nil {
+				return fmt.Errorf("seq %d: %w", e.Seq, err)
+			}
+			if e.Xorbs, err = index.SplitHashes(xorbs); err != nil {
 				return fmt.Errorf("seq %d: %w", e.Seq, err)
 			}
 			e.At = at.UTC()

@@ -68,6 +68,7 @@ type DB struct {
 	done     chan struct{}
 	once     sync.Once
 	closeErr error
+	path     string // Options.Path (the collector's lock file is beside it, lock_unix.go)
 
 	// Statements prepared on the writer connection.
 	insShard, insFile, insVis, insDedup, insXorb, insPossession *sql.Stmt
@@ -113,7 +114,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch,
+	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch, path: o.Path,
 		closing: make(chan struct{}), done: make(chan struct{})}
 	if err := db.migrate(ctx); err != nil {
 		w.Close()
@@ -364,6 +365,9 @@ func (db *DB) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (b
 	}
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := putXorbGate(ctx, tx, h); err != nil { // lifecycle.go
+			return err
+		}
 		res, err := tx.StmtContext(ctx, db.insXorb).ExecContext(ctx, h[:], int64(storedSize), layout)
 		if err != nil {
 			return translate(err)
@@ -383,7 +387,7 @@ const (
 	qXorbSize      = `SELECT stored_size FROM xorbs WHERE hash = ?`
 	qFile          = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = ? AND v.file = ?`
 	qDedup         = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ?`
-	qEvents        = `SELECT seq, scope, files, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
+	qEvents        = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > ? ORDER BY seq LIMIT ?`
 	qBody          = `SELECT body FROM shards WHERE hash = ?`
 	qHideScope     = `DELETE FROM visibility WHERE scope = ?`
 	qHideFile      = `DELETE FROM visibility WHERE scope = ? AND file = ?`
@@ -468,6 +472,10 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		inserted = false // a retried closure must not keep a stale answer
+		// Condemned references revive, swept ones refuse (lifecycle.go).
+		if err := reviveRefs(ctx, tx, b.Refs); err != nil {
+			return err
+		}
 		xorbs := b.Xorbs
 		if xorbs == nil {
 			xorbs = []byte{}
@@ -643,6 +651,9 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
+	if out, err = db.uncollected(ctx, out); err != nil { // lifecycle.go
+		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
+	}
 	return out, nil
 }
 
@@ -699,11 +710,15 @@ func (db *DB) Events(ctx context.Context, after int64, limit int) ([]index.Event
 			e     index.Event
 			files []byte
 			at    int64
+			xorbs []byte
 		)
-		if err := rows.Scan(&e.Seq, &e.Scope, &files, &at); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Scope, &files, &at, &xorbs); err != nil {
 			return nil, fmt.Errorf("events: %w", translate(err))
 		}
 		if e.Files, err = index.SplitHashes(files); err != nil {
+			return nil, fmt.Errorf("events: seq %d: %w", e.Seq, err)
+		}
+		if e.Xorbs, err = index.SplitHashes(xorbs); err != nil {
 			return nil, fmt.Errorf("events: seq %d: %w", e.Seq, err)
 		}
 		e.At = time.Unix(0, at).UTC()

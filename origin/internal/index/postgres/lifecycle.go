@@ -1,0 +1,532 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// Lifecycle statements (index.Lifecycle).
+const (
+	qDeletePossession = `DELETE FROM possession WHERE scope = $1`
+	qVisibleFiles          = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
+WHERE (v.scope, v.file) > ($1, $2) ORDER BY v.scope, v.file LIMIT $3`
+)
+
+// Delete implements index.Lifecycle.
+func (db *DB) Delete(ctx context.Context, scope string, files []hash.Hash) (int, error) {
+	if err := index.CheckScope(scope); err != nil {
+		return 0, err
+	}
+	if err := db.check(); err != nil {
+		return 0, err
+	}
+	keys := index.SortedUnique(files)
+	var removed int
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// The events lock first, as Hide takes it: event order is commit order.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockEvents); err != nil {
+			return err
+		}
+		var (
+			tag pgconn.CommandTag
+			err error
+		)
+		if len(keys) == 0 {
+			tag, err = tx.Exec(ctx, qHideScope, scope)
+		} else {
+			tag, err = tx.Exec(ctx, qHideFiles, scope, hashArgs(keys))
+		}
+		if err != nil {
+			return err
+		}
+		removed = int(tag.RowsAffected())
+		if removed == 0 {
+			// Rolled back by BeginFunc: nothing recorded, no event.
+			return fmt.Errorf("%w: nothing visible to delete", index.ErrNotFound)
+		}
+		if len(keys) == 0 {
+			if _, err := tx.Exec(ctx, qDeletePossession, scope); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, qAddEvent, scope, index.JoinHashes(keys))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete in %q: %w", scope, translate(err))
+	}
+	return removed, nil
+}
+
+// VisibleFiles implements index.Lifecycle.
+func (db *DB) VisibleFiles(ctx context.Context, after index.VisibleKey, limit int) ([]index.VisibleFile, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > index.MaxVisiblePage {
+		limit = index.MaxVisiblePage
+	}
+	var out []index.VisibleFile
+	err := db.retry(ctx, func() error {
+		out = nil
+		rows, err := db.pool.Query(ctx, qVisibleFiles, after.Scope, after.File[:], limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				v    index.VisibleFile
+				file []byte
+			)
+			if err := rows.Scan(&v.Scope, &file, &v.Record); err != nil {
+				return err
+			}
+			if v.File, err = index.HashFromBytes(file); err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("visible: %w", translate(err))
+	}
+	return out, nil
+}
+
+// Garbage collection (index.Lifecycle). A Sweep transaction holds the exclusive advisory lock
+// lockGC; every registration and PutXorb holds it shared for its own transaction. So a Sweep
+// never interleaves with a registration that revives or references the xorbs it removes, nor
+// with a PutXorb of one of them: each sees the other's result whole, or not at all.
+
+// lockGC: "xetcdn" 3, collector vs registrations and xorb puts (transaction-scoped).
+const lockGC int64 = 0x78657463646e0003
+
+const (
+	qFilesScan = `SELECT f.hash, f.record, EXISTS (SELECT 1 FROM visibility v WHERE v.file = f.hash)
+FROM files f WHERE f.hash > $1 ORDER BY f.hash LIMIT $2`
+	qXorbsScan = `SELECT x.hash, x.stored_size, c.at FROM xorbs x LEFT JOIN condemned c ON c.xorb = x.hash
+WHERE x.hash > $1 ORDER BY x.hash LIMIT $2`
+	qCondemn = `INSERT INTO condemned(xorb, at)
+SELECT x.hash, $2 FROM xorbs x WHERE x.hash = ANY($1::bytea[]) ORDER BY x.hash ON CONFLICT DO NOTHING`
+	qRevive      = `DELETE FROM condemned WHERE xorb = ANY($1::bytea[])`
+	qSweepPick   = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) AND at < $2 ORDER BY xorb FOR UPDATE`
+	qVisibleAny  = `SELECT DISTINCT file FROM visibility WHERE file = ANY($1::bytea[])`
+	qDropDead    = `DELETE FROM files f WHERE f.hash = ANY($1::bytea[]) AND NOT EXISTS (SELECT 1 FROM visibility v WHERE v.file = f.hash)`
+	qDropXorbs   = `DELETE FROM xorbs WHERE hash = ANY($1::bytea[])`
+	qDropDedup   = `DELETE FROM dedup WHERE chunk = ANY($1::bytea[])`
+	qAddSwept    = `INSERT INTO swept(xorb, at) SELECT unnest($1::bytea[]), now() ON CONFLICT (xorb) DO UPDATE SET at = excluded.at, done = false`
+	qSweptList   = `SELECT xorb FROM swept WHERE NOT done ORDER BY xorb LIMIT $1`
+	qSweptDone   = `UPDATE swept SET done = true WHERE xorb = ANY($1::bytea[])`
+	qSweptState  = `SELECT done FROM swept WHERE xorb = $1`
+	qDropSwept   = `DELETE FROM swept WHERE xorb = $1`
+	qSweptRefs   = `SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[]) LIMIT 1`
+	qCollected   = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
+	qLockGC      = `SELECT pg_advisory_xact_lock($1)`
+	qLockGCShare = `SELECT pg_advisory_xact_lock_shared($1)`
+)
+
+func scanLimit(limit int) int {
+	if limit <= 0 || limit > index.MaxScanPage {
+		return index.MaxScanPage
+	}
+	return limit
+}
+
+// Files implements index.Lifecycle.
+func (db *DB) Files(ctx context.Context, after hash.Hash, limit int) ([]index.FileEntry, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	var out []index.FileEntry
+	err := db.retry(ctx, func() error {
+		out = nil
+		rows, err := db.pool.Query(ctx, qFilesScan, after[:], scanLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				e index.FileEntry
+				h []byte
+			)
+			if err := rows.Scan(&h, &e.Record, &e.Visible); err != nil {
+				return err
+			}
+			if e.Hash, err = index.HashFromBytes(h); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("files: %w", translate(err))
+	}
+	return out, nil
+}
+
+// Xorbs implements index.Lifecycle.
+func (db *DB) Xorbs(ctx context.Context, after hash.Hash, limit int) ([]index.XorbEntry, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	var out []index.XorbEntry
+	err := db.retry(ctx, func() error {
+		out = nil
+		rows, err := db.pool.Query(ctx, qXorbsScan, after[:], scanLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				e    index.XorbEntry
+				h    []byte
+				size int64
+				at   *time.Time
+			)
+			if err := rows.Scan(&h, &size, &at); err != nil {
+				return err
+			}
+			if e.Hash, err = index.HashFromBytes(h); err != nil {
+				return err
+			}
+			e.StoredSize = uint64(size)
+			if at != nil {
+				e.Condemned = at.UTC()
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("xorbs: %w", translate(err))
+	}
+	return out, nil
+}
+
+// Condemn implements index.Lifecycle.
+func (db *DB) Condemn(ctx context.Context, xs []hash.Hash, at time.Time) error {
+	if err := db.check(); err != nil {
+		return err
+	}
+	keys := index.SortedUnique(xs)
+	if len(keys) == 0 {
+		return nil
+	}
+	err := db.retry(ctx, func() error { _, err := db.pool.Exec(ctx, qCondemn, hashArgs(keys), at); return err })
+	if err != nil {
+		return fmt.Errorf("condemn: %w", translate(err))
+	}
+	return nil
+}
+
+// Revive implements index.Lifecycle.
+func (db *DB) Revive(ctx context.Context, xs []hash.Hash) error {
+	if err := db.check(); err != nil {
+		return err
+	}
+	keys := index.SortedUnique(xs)
+	if len(keys) == 0 {
+		return nil
+	}
+	err := db.retry(ctx, func() error { _, err := db.pool.Exec(ctx, qRevive, hashArgs(keys)); return err })
+	if err != nil {
+		return fmt.Errorf("revive: %w", translate(err))
+	}
+	return nil
+}
+
+// Sweep implements index.Lifecycle.
+func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	if len(cands) > index.MaxSweep {
+		return nil, fmt.Errorf("%w: sweep of %d xorbs, at most %d", index.ErrInvalid, len(cands), index.MaxSweep)
+	}
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	byXorb := make(map[hash.Hash][]hash.Hash, len(cands))
+	xs := make([]hash.Hash, 0, len(cands))
+	for _, c := range cands {
+		byXorb[c.Xorb] = append(byXorb[c.Xorb], c.DeadFiles...)
+		xs = append(xs, c.Xorb)
+	}
+	var swept []hash.Hash
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		swept = nil
+		if _, err := tx.Exec(ctx, qLockGC, lockGC); err != nil {
+			return err
+		}
+		picked, err := txHashes(ctx, tx, qSweepPick, hashArgs(index.SortedUnique(xs)), condemnedBefore)
+		if err != nil {
+			return err
+		}
+		var dead []hash.Hash
+		for _, x := range picked {
+			dead = append(dead, byXorb[x]...)
+		}
+		visible := map[hash.Hash]bool{}
+		if len(dead) > 0 {
+			vs, err := txHashes(ctx, tx, qVisibleAny, hashArgs(index.SortedUnique(dead)))
+			if err != nil {
+				return err
+			}
+			for _, v := range vs {
+				visible[v] = true
+			}
+		}
+		dead = dead[:0]
+	next:
+		for _, x := range picked {
+			for _, f := range byXorb[x] {
+				if visible[f] {
+					continue next // visible again: the xorb is live; the next mark revives it
+				}
+			}
+			swept = append(swept, x)
+			dead = append(dead, byXorb[x]...)
+		}
+		if len(swept) == 0 {
+			return nil
+		}
+		// The dedup entries of the swept xorbs' chunks go too: an entry left pointing at a
+		// shard whose xorbs are gone would answer nothing and, since the first entry of a chunk
+		// wins, keep the chunk from ever being offered again.
+		chunks, err := sweptChunks(ctx, tx, swept)
+		if err != nil {
+			return err
+		}
+		batch := &pgx.Batch{}
+		if len(dead) > 0 {
+			batch.Queue(qDropDead, hashArgs(index.SortedUnique(dead)))
+		}
+		if len(chunks) > 0 {
+			batch.Queue(qDropDedup, hashArgs(chunks))
+		}
+		args := hashArgs(swept)
+		batch.Queue(qDropXorbs, args)
+		batch.Queue(qRevive, args)
+		batch.Queue(qAddSwept, args)
+		// One event naming the xorbs, so edges evict their bytes; the events lock after the
+		// collector's (no other transaction takes both).
+		batch.Queue(`SELECT pg_advisory_xact_lock($1)`, lockEvents)
+		batch.Queue(`INSERT INTO events(scope, files, xorbs) VALUES ($1, NULL, $2)`, index.SweepScope, index.JoinHashes(swept))
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep: %w", translate(err))
+	}
+	return swept, nil
+}
+
+// sweptChunks returns the chunk hashes of the xorbs xs, sorted and unique, from their layouts.
+func sweptChunks(ctx context.Context, tx pgx.Tx, xs []hash.Hash) ([]hash.Hash, error) {
+	rows, err := tx.Query(ctx, qLayouts, hashArgs(xs))
+	if err != nil {
+		return nil, err
+	}
+	raw := map[hash.Hash][]byte{}
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h, err := index.HashFromBytes(k)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		raw[h] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	ls, err := index.DecodeLayouts(raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []hash.Hash
+	for _, l := range ls {
+		out = append(out, l.ChunkHashes...)
+	}
+	return index.SortedUnique(out), nil
+}
+
+// txHashes runs a query returning one hash column inside tx.
+func txHashes(ctx context.Context, tx pgx.Tx, q string, args ...any) ([]hash.Hash, error) {
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []hash.Hash
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		h, err := index.HashFromBytes(k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// Swept implements index.Lifecycle.
+func (db *DB) Swept(ctx context.Context, limit int) ([]hash.Hash, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	set, err := db.hashSet(ctx, qSweptList, scanLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("swept: %w", translate(err))
+	}
+	out := make([]hash.Hash, 0, len(set))
+	for h := range set {
+		out = append(out, h)
+	}
+	return index.SortedUnique(out), nil
+}
+
+// ObjectsDeleted implements index.Lifecycle.
+func (db *DB) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
+	if err := db.check(); err != nil {
+		return err
+	}
+	keys := index.SortedUnique(xs)
+	if len(keys) == 0 {
+		return nil
+	}
+	err := db.retry(ctx, func() error { _, err := db.pool.Exec(ctx, qSweptDone, hashArgs(keys)); return err })
+	if err != nil {
+		return fmt.Errorf("objects deleted: %w", translate(err))
+	}
+	return nil
+}
+
+// putXorb is PutXorb's transaction: a xorb whose object deletion is pending is refused
+// (retryable); one whose object is gone may be stored again.
+func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byte) (bool, error) {
+	var inserted bool
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, qLockGCShare, lockGC); err != nil {
+			return err
+		}
+		var done bool
+		switch err := tx.QueryRow(ctx, qSweptState, h[:]).Scan(&done); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case !done:
+			return fmt.Errorf("%w: xorb %s is being garbage-collected; retry shortly", index.ErrUnavailable, h)
+		default:
+			if _, err := tx.Exec(ctx, qDropSwept, h[:]); err != nil {
+				return err
+			}
+		}
+		tag, err := tx.Exec(ctx, qPutXorb, h[:], size, layout)
+		inserted = tag.RowsAffected() == 1
+		return err
+	})
+	return inserted, err
+}
+
+// registerTx is a batch registration's transaction: under the shared collector lock, refuse
+// if a referenced xorb was swept, revive the condemned ones, then register.
+func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map[hash.Hash]bool, error) {
+	var out map[hash.Hash]bool
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, qLockGCShare, lockGC); err != nil {
+			return err
+		}
+		if len(refs) > 0 {
+			ra := hashArgs(refs)
+			gone, err := txHashes(ctx, tx, qSweptRefs, ra)
+			if err != nil {
+				return err
+			}
+			if len(gone) > 0 {
+				return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
+			}
+			if _, err := tx.Exec(ctx, qRevive, ra); err != nil {
+				return err
+			}
+		}
+		hs, err := txHashes(ctx, tx, qRegister, args...)
+		if err != nil {
+			return err
+		}
+		out = make(map[hash.Hash]bool, len(hs))
+		for _, h := range hs {
+			out[h] = true
+		}
+		return nil
+	})
+	return out, err
+}
+
+// uncollected returns xs without the condemned and swept xorbs, order kept (DedupXorbs).
+func (db *DB) uncollected(ctx context.Context, xs []hash.Hash) ([]hash.Hash, error) {
+	if len(xs) == 0 {
+		return xs, nil
+	}
+	gone, err := db.hashSet(ctx, qCollected, hashArgs(index.SortedUnique(xs)))
+	if err != nil || len(gone) == 0 {
+		return xs, err
+	}
+	out := make([]hash.Hash, 0, len(xs))
+	for _, x := range xs {
+		if !gone[x] {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// lockCollector: "xetcdn" 4, one garbage collection at a time (session-scoped).
+const lockCollector int64 = 0x78657463646e0004
+
+// LockCollector implements index.Lifecycle with a session advisory lock held on a connection
+// taken from the pool for the run; Postgres drops it when that session ends (a killed origin).
+func (db *DB) LockCollector(ctx context.Context) (func(), error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("collector lock: %w", translate(err))
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockCollector).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("collector lock: %w", translate(err))
+	}
+	if !ok {
+		conn.Release()
+		return nil, index.ErrCollectorBusy
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockCollector); err != nil {
+			// The session may hold the lock still: close it rather than pool it.
+			conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, nil
+}

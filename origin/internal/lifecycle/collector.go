@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+)
+
+// CollectorIndex is what the background collector needs: garbage collection and usage.
+type CollectorIndex interface {
+	GCIndex
+	Index
+}
+
+// CollectorOptions configure RunCollector.
+type CollectorOptions struct {
+	// Interval between runs; <= 0: no garbage collection, usage gauges only (every UsageEvery).
+	Interval time.Duration
+	Grace    time.Duration // checked by the configuration (CheckGrace)
+	// UsageEvery is how often the usage gauges are refreshed when Interval is 0 (default 15m);
+	// with garbage collection on, they are refreshed after every run.
+	UsageEvery time.Duration
+	Log        *slog.Logger
+	Failpoint  func(step string)
+}
+
+// Metrics are the collector's and usage accounting's Prometheus series (docs/origin.md,
+// "Metrics"). Build with NewMetrics; they exist (at zero) from the start, so dashboards and
+// alerts always find them.
+type Metrics struct {
+	runs        *prometheus.CounterVec
+	failures    prometheus.Gauge
+	lastSuccess prometheus.Gauge
+	lastSeconds prometheus.Gauge
+	reclaimed   prometheus.Counter
+	deleted     prometheus.Counter
+	swept       prometheus.Counter
+	condemned   prometheus.Gauge
+	usage       map[string]prometheus.Gauge
+}
+
+// NewMetrics registers the collector's metrics on reg (nil: registered nowhere).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_origin_gc_runs_total",
+			Help: "Garbage collection runs by result: ok, failed, busy (another run held the lock)."}, []string{"result"}),
+		failures: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_consecutive_failures",
+			Help: "Garbage collection runs that failed in a row (0 after a success)."}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_last_success_timestamp_seconds",
+			Help: "When the last garbage collection run of this process succeeded (unix time; 0 = never)."}),
+		lastSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_last_run_seconds",
+			Help: "How long the last garbage collection run took."}),
+		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_reclaimed_bytes_total",
+			Help: "Bytes of xorb objects garbage collection deleted."}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_deleted_objects_total",
+			Help: "Xorb objects garbage collection deleted."}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_swept_xorbs_total",
+			Help: "Xorbs garbage collection removed from the index."}),
+		condemned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_condemned_xorbs",
+			Help: "Xorbs the last run found unreferenced and newly condemned."}),
+		usage: map[string]prometheus.Gauge{},
+	}
+	for _, u := range []struct{ name, help string }{
+		{"xet_origin_usage_logical_bytes", "Sum of the sizes of the visible files over all scopes."},
+		{"xet_origin_usage_stored_bytes", "Stored size of the xorbs visible files reference (each once)."},
+		{"xet_origin_usage_shared_bytes", "Part of the stored bytes referenced by more than one scope."},
+		{"xet_origin_usage_scopes", "Scopes with at least one visible file."},
+		{"xet_origin_usage_files", "Visible (scope, file) pairs."},
+	} {
+		m.usage[u.name] = prometheus.NewGauge(prometheus.GaugeOpts{Name: u.name, Help: u.help + " Refreshed by the background collector."})
+	}
+	if reg != nil {
+		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.condemned)
+		for _, g := range m.usage {
+			reg.MustRegister(g)
+		}
+	}
+	for _, r := range []string{"ok", "failed", "busy"} {
+		m.runs.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *Metrics) setUsage(u *Usage) {
+	m.usage["xet_origin_usage_logical_bytes"].Set(float64(u.Totals.LogicalBytes))
+	m.usage["xet_origin_usage_stored_bytes"].Set(float64(u.Totals.StoredBytes))
+	m.usage["xet_origin_usage_shared_bytes"].Set(float64(u.Totals.SharedBytes))
+	m.usage["xet_origin_usage_scopes"].Set(float64(u.Totals.Scopes))
+	m.usage["xet_origin_usage_files"].Set(float64(u.Totals.Files))
+}
+
+// RunCollector runs garbage collection every o.Interval (the first after one interval) and
+// refreshes the usage gauges, until ctx ends. A run that finds another one holding the lock
+// (another replica, or `xet-origin gc`) is skipped; a failed run is logged and counted, and
+// the next one, resuming its work, comes an interval later.
+func RunCollector(ctx context.Context, ix CollectorIndex, objs GCObjects, m *Metrics, o CollectorOptions) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	every := o.Interval
+	if every <= 0 {
+		every = o.UsageEvery
+		if every <= 0 {
+			every = 15 * time.Minute
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if o.Interval > 0 {
+			collectOnce(ctx, ix, objs, m, o)
+		}
+		if u, err := Compute(ctx, ix); err == nil {
+			m.setUsage(u)
+		} else if ctx.Err() == nil {
+			o.Log.WarnContext(ctx, "usage accounting failed", "err", err)
+		}
+	}
+}
+
+func collectOnce(ctx context.Context, ix GCIndex, objs GCObjects, m *Metrics, o CollectorOptions) {
+	rep, err := GC(ctx, ix, objs, GCOptions{Grace: o.Grace, Log: o.Log, Failpoint: o.Failpoint})
+	m.lastSeconds.Set(rep.Seconds)
+	m.reclaimed.Add(float64(rep.BytesReclaimed))
+	m.deleted.Add(float64(rep.ObjectsDeleted))
+	m.swept.Add(float64(rep.Swept))
+	switch {
+	case errors.Is(err, index.ErrCollectorBusy):
+		m.runs.WithLabelValues("busy").Inc()
+	case err != nil:
+		if ctx.Err() != nil {
+			return
+		}
+		m.runs.WithLabelValues("failed").Inc()
+		m.failures.Inc()
+		o.Log.ErrorContext(ctx, "garbage collection failed", "err", err, "swept", rep.Swept,
+			"objects_deleted", rep.ObjectsDeleted)
+	default:
+		m.runs.WithLabelValues("ok").Inc()
+		m.failures.Set(0)
+		m.condemned.Set(float64(rep.Condemned))
+		m.lastSuccess.Set(float64(time.Now().Unix()))
+	}
+}
