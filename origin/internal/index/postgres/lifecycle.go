@@ -16,7 +16,7 @@ import (
 // Lifecycle statements (index.Lifecycle).
 const (
 	qDeletePossession = `DELETE FROM possession WHERE scope = $1`
-	qVisibleFiles          = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
+	qVisibleFiles     = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
 WHERE (v.scope, v.file) > ($1, $2) ORDER BY v.scope, v.file LIMIT $3`
 )
 

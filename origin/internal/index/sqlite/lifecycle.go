@@ -15,7 +15,7 @@ import (
 // Lifecycle statements (index.Lifecycle).
 const (
 	qDeletePossession = `DELETE FROM possession WHERE scope = ?`
-	qVisibleFiles          = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
+	qVisibleFiles     = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
 WHERE (v.scope, v.file) > (?, ?) ORDER BY v.scope, v.file LIMIT ?`
 )
 
