@@ -132,10 +132,11 @@ func TestGCEvictsEdgeCache(t *testing.T) {
 			t.Fatalf("download of %s: %v", c.f.hash, err)
 		}
 	}
+	// A segment is renamed into place just after its last verified bytes were served.
 	for _, l := range append(append([]*xorb.Layout{}, fa.layouts...), fb.layouts...) {
-		if segmentFiles(t, edgeDir, l.Hash) == 0 {
-			t.Fatalf("xorb %s not in the edge's data cache after its download", l.Hash)
-		}
+		waitFor(t, "xorb "+l.Hash.String()+" in the edge's data cache after its download", func() bool {
+			return segmentFiles(t, edgeDir, l.Hash) > 0
+		})
 	}
 	aURLs := edgeFetches(t, e, ra, fa.hash)
 	if st, body := call(t, "DELETE", e.tlsURL+"/v1/scope", wa, nil); st != http.StatusOK {
