@@ -107,19 +107,20 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		lns.Close()
 		return nil, err
 	}
+	ready := func(ctx context.Context) error {
+		perr := client.Ping(ctx)
+		if perr == nil || (verifier.Ready() && meta.Usable()) {
+			return nil
+		}
+		return fmt.Errorf("origin unreachable and nothing cached: %w", perr)
+	}
 	srv, err := server.New(server.Options{
 		Meta: meta, Bytes: data.bytes, Tokens: verifier, Signer: signer,
 		Origin: client.Base(), Transport: client.Transport(),
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
-		Ready: func(ctx context.Context) error {
-			perr := client.Ping(ctx)
-			if perr == nil || (verifier.Ready() && meta.Usable()) {
-				return nil
-			}
-			return fmt.Errorf("origin unreachable and nothing cached: %w", perr)
-		},
+		Ready: ready,
 		Log: log, Registerer: reg,
 	})
 	if err != nil {
@@ -132,8 +133,16 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
 	go followEvents(bg, client, meta, cfg.Limits.EventsWait.D(), log)
+	if cfg.Register {
+		rep := &reporter{cfg: cfg, ready: ready}
+		if reg != nil {
+			rep.g = reg
+		}
+		go register(bg, client, rep, log)
+	}
 	log.Info("xet-edge serving", "listen", lns.TLS.Addr().String(), "http_listen", addr(lns.HTTP),
-		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits)
+		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits,
+		"region", cfg.Region, "register", cfg.Register)
 	go func() {
 		defer close(e.done)
 		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D(),

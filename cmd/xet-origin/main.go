@@ -4,6 +4,7 @@
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
 //	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
 //	xet-origin check-config [flags]
+//	xet-origin edges [flags]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -41,6 +42,22 @@ func main() {
 				}
 				fmt.Fprintln(os.Stderr, "xet-origin token:", err)
 				os.Exit(2)
+			}
+			return
+		case "edges":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			err := origin.ListEdges(ctx, args[1:], os.Getenv, os.Stdout)
+			stop()
+			if errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			if errors.Is(err, origin.ErrConfig) {
+				cmdline.PrintConfigError(os.Stderr, "xet-origin edges", err, origin.ErrConfig)
+				os.Exit(2)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "xet-origin edges:", err)
+				os.Exit(1)
 			}
 			return
 		case "check-config":
@@ -93,6 +110,7 @@ func usage(w io.Writer) {
   xet-origin [flags]              run the origin (see docs/origin.md)
   xet-origin token [token flags]  mint a token signed with the origin's key ('xet-origin token -h')
   xet-origin check-config [flags] load and validate the configuration these flags name, start nothing
+  xet-origin edges [flags]        list the edges registered in the index these flags name, with their state
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 

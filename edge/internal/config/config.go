@@ -18,6 +18,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 )
 
 // EnvOriginToken holds the edge's origin token when --origin-token is not given, so the secret
@@ -45,6 +46,12 @@ type Config struct {
 	// Permits bounds the reconstructions answered locally at once; when none is free the
 	// request is proxied to the origin. 0 proxies every reconstruction.
 	Permits int `json:"permits"`
+	// Region is the region the edge serves (docs/edge.md, "Registration"); it must be one of
+	// the origin's regions.order when the origin configures regions. Default "default".
+	Region string `json:"region"`
+	// Register: report to the origin's edge registry at start and every few seconds, so the
+	// token route hands this edge out. Default true.
+	Register bool `json:"register"`
 
 	TLS    TLS    `json:"tls"`
 	Cache  Cache  `json:"cache"`
@@ -111,8 +118,10 @@ type Duration = configfile.Duration
 // must still be set.
 func Default() Config {
 	return Config{
-		Listen:  defaultListen,
-		Permits: 64,
+		Listen:   defaultListen,
+		Permits:  64,
+		Region:   "default",
+		Register: true,
 		Cache: Cache{
 			MetaBytes:     512 << 20,
 			MetaEntries:   100_000,
@@ -182,6 +191,10 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 			c.PublicURL = f.PublicURL
 		case "permits":
 			c.Permits = f.Permits
+		case "region":
+			c.Region = f.Region
+		case "register":
+			c.Register = f.Register
 		}
 	})
 	if c.OriginToken == "" {
@@ -206,6 +219,8 @@ func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
 	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
 	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
+	fs.StringVar(&f.Region, "region", "default", "region this edge serves (one of the origin's regions.order)")
+	fs.BoolVar(&f.Register, "register", true, "report to the origin's edge registry so read tokens name this edge")
 	return fs
 }
 
@@ -280,6 +295,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Permits < 0 {
 		bad("permits must not be negative")
+	}
+	if c.Permits > internalapi.MaxEdgePermits {
+		bad("permits %d is above %d", c.Permits, internalapi.MaxEdgePermits)
+	}
+	if !internalapi.ValidRegion(c.Region) {
+		bad("region %q is not a region name (lower-case letters, digits, inner hyphens, at most 63)", c.Region)
 	}
 	if c.Cache.MetaBytes < 1<<20 {
 		bad("cache.meta_bytes %d is below 1 MiB", c.Cache.MetaBytes)

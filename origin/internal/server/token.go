@@ -61,6 +61,9 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if need == auth.Read {
+		casURL = s.readURL(r, scope) // edges.go: the caller's nearest healthy edge
+	}
 	httpapi.WriteJSON(w, http.StatusOK, wire.Token{CasURL: casURL, Exp: exp.Unix(), AccessToken: tok})
 	return nil
 }
