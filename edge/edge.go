@@ -121,7 +121,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
 		Ready: ready,
-		Log: log, Registerer: reg,
+		Log:   log, Registerer: reg,
 	})
 	if err != nil {
 		meta.Close()

@@ -253,8 +253,8 @@ func TestRegions(t *testing.T) {
 		t.Fatalf("no edge left: want the origin: %v", err)
 	}
 	out = edges()
-	if !regexp.MustCompile(`eu\s+` + regexp.QuoteMeta(dead.url) + `\s+stale`).MatchString(out) ||
-		!regexp.MustCompile(`us\s+` + regexp.QuoteMeta(us1.url) + `\s+(not_ready|stale)`).MatchString(out) {
+	if !regexp.MustCompile(`eu\s+`+regexp.QuoteMeta(dead.url)+`\s+stale`).MatchString(out) ||
+		!regexp.MustCompile(`us\s+`+regexp.QuoteMeta(us1.url)+`\s+(not_ready|stale)`).MatchString(out) {
 		t.Errorf("xet-origin edges after the stops:\n%s", out)
 	}
 
