@@ -120,8 +120,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
-		Ready: ready,
-		Log:   log, Registerer: reg,
+		Ready: ready, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		meta.Close()
