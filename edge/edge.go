@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -64,8 +65,18 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	if err != nil {
 		return nil, err
 	}
-	client, err := originapi.New(originapi.Options{BaseURL: cfg.Origin, Token: cfg.OriginToken,
-		Timeout: cfg.Limits.OriginTimeout.D(), Registerer: reg})
+	origins, err := originapi.ParseOrigins(cfg.Origin) // checked by config.Validate
+	if err != nil {
+		return nil, err
+	}
+	var rt http.RoundTripper // nil: originapi's own transport
+	if len(origins) > 1 {
+		// Several origin replicas: every call to the first URL goes to the one in use, the
+		// next when it does not answer (originapi.Failover; docs/edge.md "Several origins").
+		rt = originapi.NewFailover(originapi.NewTransport(), origins)
+	}
+	client, err := originapi.New(originapi.Options{BaseURL: origins[0].String(), Token: cfg.OriginToken,
+		Timeout: cfg.Limits.OriginTimeout.D(), Transport: rt, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -116,3 +116,71 @@ func TestDownloadFailover(t *testing.T) {
 		t.Errorf("%d transfer bytes for %d: the download started over", stats.TransferBytes, len(data))
 	}
 }
+
+// TestSeveralOrigins (issue 12 item 4, edges side): two real origin processes serve one data
+// directory (one SQLite index, one object directory, one key set — replicas of one origin); an
+// edge is given both URLs. With the first origin killed, the edge still fills its caches (a
+// download of a file it never saw, its record, layouts and xorb bytes all misses) and proxies
+// an upload, through the second.
+func TestSeveralOrigins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two origins and an edge")
+	}
+	originBin := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
+	edgeBin := testenv.Build(t, ".")
+	dir := t.TempDir()
+	var procs []*testenv.Process
+	var urls []string
+	for range 2 {
+		addr := testenv.FreeAddr(t)
+		procs = append(procs, testenv.Start(t, originBin, []string{"--data-dir", dir, "--listen", addr},
+			testenv.Options{Ready: `"msg":"xet-origin serving"`}))
+		urls = append(urls, "http://"+addr)
+	}
+	tok := func(scope, access string) string {
+		return testenv.Run(t, originBin, "token", "--data-dir", dir, "--scope", scope, "--access", access)
+	}
+	const scope = "models/acme/replicas"
+	httpAddr := testenv.FreeAddr(t)
+	edgeURL := "http://" + httpAddr
+	testenv.Start(t, edgeBin, []string{"--origin", urls[0] + "," + urls[1], "--origin-token", tok("edge", "edge"),
+		"--data-dir", t.TempDir(), "--listen", testenv.FreeAddr(t), "--http-listen", httpAddr, "--public-url", edgeURL},
+		testenv.Options{Ready: `"msg":"xet-edge serving"`})
+
+	data := make([]byte, 6<<20)
+	rand.Read(data)
+	up, err := xetclient.New(xetclient.Options{Endpoint: urls[0], Token: tok(scope, "write")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	res, err := up.UploadFiles(t.Context(), []xetclient.UploadFile{{Path: "f", Reader: bytes.NewReader(data)}}, xetclient.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs[0].Kill()
+
+	c, err := xetclient.New(xetclient.Options{Endpoint: edgeURL, Token: tok(scope, "read"), Retry: xetclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out bytes.Buffer
+	if _, err := c.Download(t.Context(), res[0].FileHash, &out, xetclient.DownloadOptions{}); err != nil {
+		t.Fatalf("download through the edge with the first origin dead: %v", err)
+	}
+	if !bytes.Equal(out.Bytes(), data) {
+		t.Fatal("download not byte-exact")
+	}
+	// An upload sent to the edge is proxied, to the origin that answers.
+	w, err := xetclient.New(xetclient.Options{Endpoint: edgeURL, Token: tok(scope, "write"), Retry: xetclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	more := make([]byte, 1<<20)
+	rand.Read(more)
+	if _, err := w.UploadFiles(t.Context(), []xetclient.UploadFile{{Path: "g", Reader: bytes.NewReader(more)}}, xetclient.UploadOptions{}); err != nil {
+		t.Fatalf("upload through the edge with the first origin dead: %v", err)
+	}
+}

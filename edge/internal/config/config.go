@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
@@ -34,7 +35,9 @@ const (
 
 // Config is the whole configuration of xet-edge. The JSON names are the file's keys.
 type Config struct {
-	Origin      string `json:"origin"`       // base URL of the origin (internal API, proxied routes)
+	// Origin is the origin's base URL (internal API, proxied routes); several (replicas of one
+	// origin): comma-separated, the next used when one does not answer.
+	Origin      string `json:"origin"`
 	OriginToken string `json:"-"`            // access "edge" token; flag or env only
 	DataDir     string `json:"data_dir"`     // TLS cert, URL key, xorb data cache
 	Listen      string `json:"listen"`       // TLS: HTTP/1.1 + HTTP/2 on TCP, HTTP/3 on UDP
@@ -211,7 +214,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
 	fs.StringVar(file, "config", "", "JSON configuration file")
-	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080")
+	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080; several (replicas), comma-separated: the next is used when one does not answer")
 	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
 	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
 	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
@@ -272,6 +275,12 @@ func (c *Config) Validate() error {
 		}
 		if name == "origin" && u == "" {
 			bad("origin (--origin) is required")
+			continue
+		}
+		if name == "origin" && strings.Contains(u, ",") { // several origins (docs/edge.md)
+			if _, err := originapi.ParseOrigins(u); err != nil {
+				bad("origin: %v", err)
+			}
 			continue
 		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
