@@ -143,12 +143,15 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
 	go followEvents(bg, client, meta, cfg.Limits.EventsWait.D(), log)
+	registered := make(chan struct{}) // closed once the last registry report is sent
 	if cfg.Register {
 		rep := &reporter{cfg: cfg, ready: ready}
 		if reg != nil {
 			rep.g = reg
 		}
-		go register(bg, client, rep, log)
+		go func() { defer close(registered); register(bg, client, rep, log) }()
+	} else {
+		close(registered)
 	}
 	log.Info("xet-edge serving", "listen", lns.TLS.Addr().String(), "http_listen", addr(lns.HTTP),
 		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits,
@@ -158,6 +161,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D(),
 			connLimits(cfg, reg))
 		stopBG()
+		<-registered // the "not ready" report (bounded by 2 s) lands before the process exits
 		// The servers have stopped: nothing uses the caches any more.
 		meta.Close()
 		if err := data.close(); err != nil && e.err == nil {

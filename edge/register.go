@@ -36,15 +36,18 @@ type reporter struct {
 	misses float64
 }
 
-func (p *reporter) report(ctx context.Context) internalapi.EdgeReport {
+// report builds a report; probe false skips the readiness check (the report says not ready).
+func (p *reporter) report(ctx context.Context, probe bool) internalapi.EdgeReport {
 	r := internalapi.EdgeReport{URL: p.cfg.PublicURL, Region: p.cfg.Region,
 		Version: buildinfo.Read().Version, Permits: p.cfg.Permits, FreePermits: p.cfg.Permits}
 	if len(r.Version) > internalapi.MaxEdgeVersion {
 		r.Version = r.Version[:internalapi.MaxEdgeVersion]
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	r.Ready = p.ready(rctx) == nil
-	cancel()
+	if probe {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r.Ready = p.ready(rctx) == nil
+		cancel()
+	}
 	if p.g == nil {
 		return r
 	}
@@ -79,12 +82,13 @@ func (p *reporter) report(ctx context.Context) internalapi.EdgeReport {
 	return r
 }
 
-// register reports until ctx ends, then sends a last report with Ready false (bounded by 2 s).
+// register reports until ctx ends, then sends a last report with Ready false (bounded by 2 s;
+// the edge waits for it before it exits).
 func register(ctx context.Context, client *originapi.Client, p *reporter, log *slog.Logger) {
 	wait := reportRetry
 	failing := false
 	for {
-		ack, err := client.ReportEdge(ctx, p.report(ctx))
+		ack, err := client.ReportEdge(ctx, p.report(ctx, true))
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, originapi.ErrNoRegistry):
@@ -109,8 +113,7 @@ func register(ctx context.Context, client *originapi.Client, p *reporter, log *s
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			last := p.report(context.WithoutCancel(ctx))
-			last.Ready = false
+			last := p.report(context.WithoutCancel(ctx), false)
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			if _, err := client.ReportEdge(lctx, last); err != nil {
 				log.Warn("edge registry: last report (not ready) failed", "err", err)
