@@ -158,8 +158,10 @@ func TestRegions(t *testing.T) {
 	}
 	out := edges()
 	for _, e := range []*regionEdge{eu1, eu2, us1} {
-		if !strings.Contains(out, e.url) {
-			t.Errorf("xet-origin edges does not list %s:\n%s", e.url, out)
+		// Region, URL, state, age, free/total permits (idle edges: all free), fill, hit ratio.
+		re := regexp.MustCompile(`(eu|us)\s+` + regexp.QuoteMeta(e.url) + `\s+healthy\s+[0-9.]+m?s ago\s+64/64\s+0\.00\s+0\.00\s`)
+		if !re.MatchString(out) {
+			t.Errorf("xet-origin edges does not list %s as a healthy idle edge:\n%s", e.url, out)
 		}
 	}
 	if strings.Contains(out, "evil") {
