@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
@@ -333,4 +339,78 @@ func eventually(within time.Duration, check func() error) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestRegistrySharedByReplicas: two origin processes on one Postgres index (one key set); an
+// edge registers with the first, and the second's token route hands it out and its `xet-origin
+// edges` lists it — the registry lives in the shared database, not in a process.
+func TestRegistrySharedByReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two origins and an edge")
+	}
+	dsn := freshSchema(t)
+	originBin := testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/xet-origin")
+	edgeBin := testenv.Build(t, ".")
+	dir := t.TempDir()
+	env := []string{"XETCDN_POSTGRES_DSN=" + dsn}
+	var urls []string
+	for range 2 {
+		addr := testenv.FreeAddr(t)
+		testenv.Start(t, originBin, []string{"--data-dir", dir, "--listen", addr, "--index", "postgres"},
+			testenv.Options{Env: env, Ready: `"msg":"xet-origin serving"`})
+		urls = append(urls, "http://"+addr)
+	}
+	tok := func(scope, access string) string {
+		return testenv.Run(t, originBin, "token", "--data-dir", dir, "--scope", scope, "--access", access)
+	}
+	httpAddr := testenv.FreeAddr(t)
+	edgeURL := "http://" + httpAddr
+	testenv.Start(t, edgeBin, []string{"--origin", urls[0], "--origin-token", tok("edge", "edge"), "--data-dir", t.TempDir(),
+		"--listen", testenv.FreeAddr(t), "--http-listen", httpAddr, "--public-url", edgeURL},
+		testenv.Options{Ready: `"msg":"xet-edge serving"`})
+	read := tok("models/a/b", "read")
+	if err := eventually(10*time.Second, func() error {
+		if u := tokenFrom(t, urls[1], read, "models/a/b", "127.0.0.1"); u != edgeURL {
+			return fmt.Errorf("second replica's casUrl %s", u)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("edge registered with the first replica not handed out by the second: %v", err)
+	}
+	code, out, errOut := testenv.RunStatus(t, originBin, append(os.Environ(), env...), "edges", "--data-dir", dir, "--index", "postgres")
+	if code != 0 || !strings.Contains(out, edgeURL) || !strings.Contains(out, "healthy") {
+		t.Errorf("xet-origin edges on the shared index: status %d\n%s%s", code, out, errOut)
+	}
+}
+
+// freshSchema is the test Postgres DSN with a new schema as search_path, dropped at the end.
+func freshSchema(t *testing.T) string {
+	t.Helper()
+	dsn := testenv.Require(t, testenv.PostgresDSN)
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "xet_test_" + hex.EncodeToString(b[:])
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, dsn); err == nil {
+			conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			conn.Close(ctx)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
