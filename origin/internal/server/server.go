@@ -27,8 +27,8 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
-	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/edgereg"
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
