@@ -207,6 +207,10 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	u.files[idx] = fs
 	u.b.StartFile()
 	sinceQuery := dedupSpacing // the first chunk may always be queried
+	// Until a dedup answer arrives for this file, its first shard.FileAnchors anchor chunks
+	// are asked about too, whatever the spacing: xetcdn indexes those of every file, so a new
+	// version whose first chunks changed still finds the previous one (§8.6, [xetcdn]).
+	anchors, answered := 0, false
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -222,11 +226,20 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		if !ok {
 			ref, ok = u.lookupRemote(ch.Hash)
 		}
-		if !ok && !u.c.opts.DisableGlobalDedup && sinceQuery >= dedupSpacing &&
-			(n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0) && !u.queried[ch.Hash] {
+		anchor := !answered && anchors < shard.FileAnchors && ch.Hash.Mod(shard.AnchorModulus) == 0
+		if anchor {
+			anchors++
+		}
+		if !ok && !u.c.opts.DisableGlobalDedup && !u.queried[ch.Hash] &&
+			(anchor || sinceQuery >= dedupSpacing && (n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0)) {
 			sinceQuery = 0
-			u.queryGlobal(ctx, ch.Hash)
+			if u.queryGlobal(ctx, ch.Hash) {
+				answered = true
+			}
 			ref, ok = u.lookupRemote(ch.Hash)
+		}
+		if ok && !answered && u.xorbs[ref.xorb].remote {
+			answered = true // an earlier answer of this session covers the file
 		}
 		sinceQuery++
 		if !ok {
@@ -301,18 +314,18 @@ func (u *upload) lookupRemote(h hash.Hash) (chunkRef, bool) {
 	return chunkRef{}, false
 }
 
-// queryGlobal asks the global dedup route about h and indexes the answer. Failures only mean
-// "no match": global dedup is best effort.
-func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) {
+// queryGlobal asks the global dedup route about h and indexes the answer; it reports whether
+// an answer came. Failures only mean "no match": global dedup is best effort.
+func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) bool {
 	u.queried[h] = true
 	s, err := u.c.queryDedup(ctx, u.base, h)
 	if err != nil || s == nil {
-		return
+		return false
 	}
 	var key hash.Hash
 	if s.Footer != nil {
 		if s.Footer.Expired(time.Now()) {
-			return
+			return false
 		}
 		key = s.Footer.HMACKey
 	}
@@ -331,6 +344,7 @@ func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) {
 			}
 		}
 	}
+	return true
 }
 
 // buildShards turns the session into upload shards of at most shard.MaxSize bytes: every file
