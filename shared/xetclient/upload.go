@@ -1,6 +1,7 @@
 package xetclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,6 +212,28 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	// are asked about too, whatever the spacing: xetcdn indexes those of every file, so a new
 	// version whose first chunks changed still finds the previous one (§8.6, [xetcdn]).
 	anchors, answered := 0, false
+	// New chunks met while anchors are still to be asked about are held back (copied, at most
+	// maxHeld bytes) rather than packed: when a later anchor's answer covers them (the chunks
+	// between a changed first block and the next anchor), they are referenced, not sent.
+	var held []heldChunk
+	heldBytes := 0
+	release := func() error {
+		for _, c := range held {
+			ref, ok := u.local[c.ch.Hash]
+			if !ok {
+				ref, ok = u.lookupRemote(c.ch.Hash)
+			}
+			if !ok {
+				var err error
+				if ref, err = u.addChunk(ctx, c.data, c.ch.Hash, idx); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			fs.add(ref, uint32(c.ch.Len), c.n)
+		}
+		held, heldBytes = held[:0], 0
+		return nil
+	}
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -242,6 +265,17 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 			answered = true // an earlier answer of this session covers the file
 		}
 		sinceQuery++
+		if !ok && !answered && anchors < shard.FileAnchors && !u.c.opts.DisableGlobalDedup &&
+			heldBytes+len(data) <= maxHeld {
+			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
+			heldBytes += len(data)
+			u.read += int64(ch.Len)
+			u.progress(u.read)
+			continue
+		}
+		if err := release(); err != nil {
+			return err
+		}
 		if !ok {
 			if ref, err = u.addChunk(ctx, data, ch.Hash, idx); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -251,6 +285,9 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		u.read += int64(ch.Len)
 		u.progress(u.read)
 	}
+	if err := release(); err != nil {
+		return err
+	}
 	info, err := h.Info()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -258,6 +295,17 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	fs.info = info
 	fs.chunks = h.Chunks()
 	return nil
+}
+
+// maxHeld bounds the bytes of new chunks addFile holds back while a file's anchors are still to
+// be asked about (shard.FileAnchors anchors are about 64 chunks, 4 MiB, on average).
+const maxHeld = 16 << 20
+
+// heldChunk is a new chunk held back by addFile: its bytes (a copy) and index in the file.
+type heldChunk struct {
+	ch   chunk.Chunk
+	data []byte
+	n    int
 }
 
 // add appends a chunk to the file's segments, extending the last one when the chunk follows it
