@@ -275,7 +275,8 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 		return false, err
 	}
 	h := hash.Chunk(body)
-	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: dedupChunks(sh, layouts)}
+	dedup, starts := dedupChunks(sh, layouts)
+	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: dedup}
 	if len(body) <= s.maxInline {
 		reg.Body = body
 	} else {
@@ -285,7 +286,17 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 		}
 	}
 	progress(Progress{Stage: StageSyncing})
-	reg.Xorbs = offeredXorbs(sh)
+	// A file start this shard takes over keeps offering what its entry offered (the previous
+	// version's xorbs, or the siblings of the shard that stored it): newest-wins loses nothing.
+	var inherited []hash.Hash
+	for _, c := range starts {
+		xs, err := s.idx.DedupXorbs(ctx, c)
+		if err != nil && !errors.Is(err, index.ErrNotFound) {
+			return false, fmt.Errorf("register shard %s: dedup entry %s: %w", h, c, err)
+		}
+		inherited = append(inherited, xs...)
+	}
+	reg.Xorbs = offeredXorbs(sh, inherited)
 	ins, err := s.idx.RegisterShard(ctx, reg)
 	if err != nil {
 		return false, fmt.Errorf("register shard %s: %w", h, err)
@@ -299,10 +310,14 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	return ins, nil
 }
 
-// MaxOfferedReferenced bounds how many xorbs that a shard's files reference without describing
-// them a registration adds to what its dedup entries offer (offeredXorbs): 256 full xorbs are
-// 16 GiB of data, more than a safetensors shard.
+// MaxOfferedReferenced bounds how many xorbs that a shard does not describe (its files reference
+// them, or the entries it takes over offered them) a registration adds to what its dedup entries
+// offer (offeredXorbs): 256 full xorbs are 16 GiB of data, more than a safetensors shard.
 const MaxOfferedReferenced = 256
+
+// MaxAnchoredFiles bounds the files of one shard whose first chunk and anchors are indexed
+// beyond the stock rules (dedupChunks), and so the index lookups a registration makes for them.
+const MaxAnchoredFiles = 64
 
 // dedupChunks lists the chunks a registration indexes for global dedup (docs/protocol.md §8.6):
 // the eligible chunks of the shard (shard.EligibleChunks) and, for every file, the first chunk
@@ -311,13 +326,17 @@ const MaxOfferedReferenced = 256
 // it uploads the next version of the file, and the answer must then offer this shard (the
 // newest version) rather than the one that first stored the chunk (docs/decisions.md,
 // 2026-12-01 "Dedup answers follow file versions").
-func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) []hash.Hash {
-	out := shard.EligibleChunks(sh)
+//
+// It also returns the distinct first chunks of the files (starts), whose current entries the
+// registration inherits. Only the first MaxAnchoredFiles files get the additions.
+func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, starts []hash.Hash) {
+	out = shard.EligibleChunks(sh)
 	seen := make(map[hash.Hash]bool, len(out)+len(sh.Files))
 	for _, c := range out {
 		seen[c] = true
 	}
-	for i := range sh.Files {
+	isStart := make(map[hash.Hash]bool)
+	for i := range sh.Files[:min(len(sh.Files), MaxAnchoredFiles)] {
 		f := &sh.Files[i]
 		if len(f.Terms) == 0 {
 			continue
@@ -327,7 +346,12 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) []hash.Has
 		if l == nil || int(t.Start) >= l.NumChunks() {
 			continue // check refused such a shard already
 		}
-		if c := l.ChunkHashes[t.Start]; !seen[c] {
+		c := l.ChunkHashes[t.Start]
+		if !isStart[c] {
+			isStart[c] = true
+			starts = append(starts, c)
+		}
+		if !seen[c] {
 			seen[c] = true
 			out = append(out, c)
 		}
@@ -354,15 +378,16 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) []hash.Has
 			}
 		}
 	}
-	return out
+	return out, starts
 }
 
 // offeredXorbs lists the xorbs the dedup entries of a registration offer (index.Registration.Xorbs):
-// the xorbs the shard describes, in its order, then up to MaxOfferedReferenced xorbs its files
-// reference without describing them, in the order the files first name them. A new version of a
-// file that changed a few blocks describes only the xorb of those blocks; the rest of it lives in
-// the xorbs of earlier versions, and a client uploading the next version needs both.
-func offeredXorbs(sh *shard.Shard) []hash.Hash {
+// the xorbs the shard describes, in its order, then up to MaxOfferedReferenced more: those its
+// files reference without describing them, in the order the files first name them, then the
+// inherited ones. A new version of a file that changed a few blocks describes only the xorb of
+// those blocks; the rest of it lives in the xorbs of earlier versions, and a client uploading
+// the next version needs both.
+func offeredXorbs(sh *shard.Shard, inherited []hash.Hash) []hash.Hash {
 	out := make([]hash.Hash, 0, len(sh.Xorbs))
 	seen := make(map[hash.Hash]bool, len(sh.Xorbs))
 	for i := range sh.Xorbs {
@@ -372,16 +397,27 @@ func offeredXorbs(sh *shard.Shard) []hash.Hash {
 		}
 	}
 	extra := 0
+	add := func(h hash.Hash) bool {
+		if extra == MaxOfferedReferenced {
+			return false
+		}
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+			extra++
+		}
+		return true
+	}
 	for i := range sh.Files {
 		for _, t := range sh.Files[i].Terms {
-			if extra == MaxOfferedReferenced {
+			if !add(t.Xorb) {
 				return out
 			}
-			if !seen[t.Xorb] {
-				seen[t.Xorb] = true
-				out = append(out, t.Xorb)
-				extra++
-			}
+		}
+	}
+	for _, h := range inherited {
+		if !add(h) {
+			break
 		}
 	}
 	return out
