@@ -81,95 +81,143 @@ func hubGet(t *testing.T, o *proc, id, rev, path string) (int, []byte) {
 	return call(t, "GET", fmt.Sprintf("%s/%s/resolve/%s/%s", o.base(), id, rev, path), "", nil)
 }
 
-// TestHubGCRoots, on both backends against the binary, proves the hub feeds garbage collection
+// hubGCFixture: repositories acme/hub-a (two commits, each a Xet file and an inline file) and
+// acme/hub-c (one commit), their Xet files sharing one xorb and each holding a unique one.
+type hubGCFixture struct {
+	wa, wc, rc  string // CAS tokens: write a, write c, read c
+	shared      xorbUp
+	v1, v2, fc  fileUp
+	revC        string
+	want        []hubWant
+	before      map[string]int64 // xorb objects before c's deletion
+	beforeBytes uint64
+}
+
+type hubWant struct {
+	id, rev, path string
+	data          []byte
+}
+
+const hubA, hubC = "acme/hub-a", "acme/hub-c"
+
+func xorbObjectKey(x xorbUp) string { return "xorbs/default/" + x.hash.String() }
+
+func setupHubGC(t *testing.T, o *proc) *hubGCFixture {
+	t.Helper()
+	rng := mrand.New(mrand.NewPCG(95, 96))
+	f := &hubGCFixture{shared: makeXorb(rng, 3)}
+	f.wa, f.wc, f.rc = o.token(t, "models/"+hubA, "write"), o.token(t, "models/"+hubC, "write"), o.token(t, "models/"+hubC, "read")
+	hubRepo(t, o, f.wa, "acme", "hub-a", false)
+	hubRepo(t, o, f.wc, "acme", "hub-c", false)
+	f.v1 = makeFile(f.shared, makeXorb(rng, 2))
+	f.v2 = makeFile(f.shared, makeXorb(rng, 2))
+	f.fc = makeFile(f.shared, makeXorb(rng, 2))
+	cfg1, cfg2 := []byte(`{"v":1}`), []byte(`{"v":2}`)
+	hubUpload(t, o, f.wa, f.v1)
+	rev1 := hubCommit(t, o, f.wa, hubA, "model.bin", f.v1, "config.json", cfg1)
+	hubUpload(t, o, f.wa, f.v2)
+	rev2 := hubCommit(t, o, f.wa, hubA, "model.bin", f.v2, "config.json", cfg2)
+	hubUpload(t, o, f.wc, f.fc)
+	f.revC = hubCommit(t, o, f.wc, hubC, "model.bin", f.fc, "config.json", cfg1)
+	f.want = []hubWant{
+		{hubA, rev1, "model.bin", f.v1.data}, {hubA, rev1, "config.json", cfg1},
+		{hubA, rev2, "model.bin", f.v2.data}, {hubA, rev2, "config.json", cfg2},
+		{hubA, "main", "model.bin", f.v2.data},
+	}
+	f.checkAll(t, o, "after the upload")
+	if st, b := call(t, "GET", o.base()+"/v2/reconstructions/"+f.fc.hash.String(), f.rc, nil); st != http.StatusOK {
+		t.Fatalf("reconstruction of c's file: %d %s", st, b)
+	}
+	if st, _ := hubGet(t, o, hubC, f.revC, "model.bin"); st != http.StatusOK {
+		t.Fatalf("c's file: %d", st)
+	}
+	f.before, f.beforeBytes = o.xorbObjects(t), o.storeBytes(t)
+	for _, x := range []xorbUp{f.shared, f.fc.xorbs[1], f.v1.xorbs[1], f.v2.xorbs[1]} {
+		if _, ok := f.before[xorbObjectKey(x)]; !ok {
+			t.Fatalf("xorb %s not in the store: %v", x.hash, f.before)
+		}
+	}
+	return f
+}
+
+// checkAll downloads every revision of repository a, byte-exact.
+func (f *hubGCFixture) checkAll(t *testing.T, o *proc, when string) {
+	t.Helper()
+	for _, w := range f.want {
+		st, got := hubGet(t, o, w.id, w.rev, w.path)
+		if st != http.StatusOK || !bytes.Equal(got, w.data) {
+			t.Fatalf("%s: GET %s@%s/%s: %d, %d bytes (want 200, %d bytes equal): %.200s", when, w.id, w.rev, w.path, st, len(got), len(w.data), got)
+		}
+	}
+}
+
+// dropA drops the visibility of repository a's scope through the CAS lifecycle route.
+func (f *hubGCFixture) dropA(t *testing.T, o *proc) {
+	t.Helper()
+	if st, b := call(t, "DELETE", o.base()+"/v1/scope", f.wa, nil); st != http.StatusOK {
+		t.Fatalf("DELETE /v1/scope of %s: %d %s", hubA, st, b)
+	}
+}
+
+// deleteC deletes repository c through the Hub route; its scope loses visibility at once.
+func (f *hubGCFixture) deleteC(t *testing.T, o *proc) {
+	t.Helper()
+	hubRepo(t, o, f.wc, "acme", "hub-c", true)
+	if st, _ := call(t, "GET", o.base()+"/v2/reconstructions/"+f.fc.hash.String(), f.rc, nil); st != http.StatusNotFound {
+		t.Fatalf("reconstruction of the deleted repository's file: %d, want 404", st)
+	}
+	if st, b := hubGet(t, o, hubC, f.revC, "model.bin"); st != http.StatusNotFound || !strings.Contains(string(b), "not found") {
+		t.Fatalf("resolve in the deleted repository: %d %s, want 404", st, b)
+	}
+}
+
+// cCollected reports nil once c's unique xorb is gone from the store and the store shrank by
+// exactly its size, the other xorbs unchanged.
+func (f *hubGCFixture) cCollected(t *testing.T, o *proc) error {
+	after := o.xorbObjects(t)
+	unique := xorbObjectKey(f.fc.xorbs[1])
+	if _, ok := after[unique]; ok {
+		return fmt.Errorf("the deleted repository's unique xorb is still stored")
+	}
+	for _, x := range []xorbUp{f.shared, f.v1.xorbs[1], f.v2.xorbs[1]} {
+		if k := xorbObjectKey(x); after[k] != f.before[k] {
+			return fmt.Errorf("xorb %s: %d bytes stored now, %d before", x.hash, after[k], f.before[k])
+		}
+	}
+	if got, want := f.beforeBytes-o.storeBytes(t), uint64(f.before[unique]); got != want {
+		return fmt.Errorf("store shrank by %d bytes, want the unique xorb's %d", got, want)
+	}
+	return nil
+}
+
+// TestHubGCRoots, on both backends against the binary, proves the hub feeds `xet-origin gc`
 // (docs/hub.md, "Garbage collection"):
 //
-//   - a Hub repository with two commits (each a Xet file and an inline file) whose scope's
-//     visibility is dropped through the CAS lifecycle route (DELETE /v1/scope) keeps every
-//     revision downloadable byte-exact through two `xet-origin gc` runs a grace period apart:
-//     its commits are roots, nothing is condemned;
-//   - deleting a Hub repository (DELETE /api/repos/delete) drops its scope's visibility (the
-//     CAS read is 404 at once) and its files stop being roots: two collections later its unique
-//     xorb is gone from the store (measured in the store) and the store shrank by exactly its
-//     size, while the xorb it shared with the other repositories stays and they download
-//     byte-exact.
+//   - repository a's scope visibility dropped through the CAS lifecycle route (DELETE
+//     /v1/scope): after two collections a grace period apart, every revision of a still
+//     downloads byte-exact (its commits are roots: nothing is condemned);
+//   - deleting repository c (DELETE /api/repos/delete) drops its scope's visibility (the CAS
+//     read is 404 at once) and its files stop being roots: two collections later its unique
+//     xorb is gone (measured in the store), the store shrank by exactly its size, and the xorb
+//     it shared with a stays.
 func TestHubGCRoots(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, o *proc) {
 		o.start(t)
-		rng := mrand.New(mrand.NewPCG(95, 96))
-		shared := makeXorb(rng, 3)
-		const a, c = "acme/hub-a", "acme/hub-c"
-		wa, wc := o.token(t, "models/"+a, "write"), o.token(t, "models/"+c, "write")
-		hubRepo(t, o, wa, "acme", "hub-a", false)
-		hubRepo(t, o, wc, "acme", "hub-c", false)
-		v1 := makeFile(shared, makeXorb(rng, 2))
-		v2 := makeFile(shared, makeXorb(rng, 2))
-		fc := makeFile(shared, makeXorb(rng, 2))
-		cfg1, cfg2 := []byte(`{"v":1}`), []byte(`{"v":2}`)
-		hubUpload(t, o, wa, v1)
-		rev1 := hubCommit(t, o, wa, a, "model.bin", v1, "config.json", cfg1)
-		hubUpload(t, o, wa, v2)
-		rev2 := hubCommit(t, o, wa, a, "model.bin", v2, "config.json", cfg2)
-		hubUpload(t, o, wc, fc)
-		revC := hubCommit(t, o, wc, c, "model.bin", fc, "config.json", cfg1)
-
-		want := []struct {
-			id, rev, path string
-			data          []byte
-		}{
-			{a, rev1, "model.bin", v1.data}, {a, rev1, "config.json", cfg1},
-			{a, rev2, "model.bin", v2.data}, {a, rev2, "config.json", cfg2},
-			{a, "main", "model.bin", v2.data},
-		}
-		checkAll := func(when string) {
-			t.Helper()
-			for _, w := range want {
-				st, got := hubGet(t, o, w.id, w.rev, w.path)
-				if st != http.StatusOK || !bytes.Equal(got, w.data) {
-					t.Fatalf("%s: GET %s@%s/%s: %d, %d bytes (want 200, %d bytes equal)", when, w.id, w.rev, w.path, st, len(got), len(w.data))
-				}
-			}
-		}
-		checkAll("after the upload")
-
-		// (a) The scope's visibility dropped through the CAS lifecycle route: the commits
-		// still name the files, so they stay roots.
-		if st, b := call(t, "DELETE", o.base()+"/v1/scope", wa, nil); st != http.StatusOK {
-			t.Fatalf("DELETE /v1/scope of %s: %d %s", a, st, b)
-		}
-		for i := range 2 {
-			if r := o.gc(t, 0); r.Condemned != 0 || r.Swept != 0 || r.ObjectsDeleted != 0 {
-				t.Fatalf("gc %d after the scope delete: %+v; want nothing condemned or swept", i+1, r)
-			}
+		f := setupHubGC(t, o)
+		f.dropA(t, o)
+		var reps []gcReport
+		for range 2 {
+			reps = append(reps, o.gc(t, 0))
 			time.Sleep(1100 * time.Millisecond) // the grace period (gcGrace)
 		}
-		checkAll("after the scope's visibility was dropped and two collections")
-
-		// (b) Deleting repository c: its scope loses visibility at once, then its unique xorb is
-		// collected; the shared xorb and repository a stay.
-		rc := o.token(t, "models/"+c, "read")
-		if st, b := call(t, "GET", o.base()+"/v2/reconstructions/"+fc.hash.String(), rc, nil); st != http.StatusOK {
-			t.Fatalf("reconstruction of c's file before its deletion: %d %s", st, b)
-		}
-		if st, _ := hubGet(t, o, c, revC, "model.bin"); st != http.StatusOK {
-			t.Fatalf("c's file before its deletion: %d", st)
-		}
-		before := o.xorbObjects(t)
-		key := func(x xorbUp) string { return "xorbs/default/" + x.hash.String() }
-		unique := fc.xorbs[1]
-		for _, x := range []xorbUp{shared, unique, v1.xorbs[1], v2.xorbs[1]} {
-			if _, ok := before[key(x)]; !ok {
-				t.Fatalf("xorb %s not in the store before the deletion: %v", x.hash, before)
+		f.checkAll(t, o, "after the scope's visibility was dropped and two collections")
+		for i, r := range reps {
+			if r.Condemned != 0 || r.Swept != 0 || r.ObjectsDeleted != 0 {
+				t.Fatalf("gc %d after the scope delete: %+v; want nothing condemned or swept", i+1, r)
 			}
 		}
-		storeBefore := o.storeBytes(t)
-		hubRepo(t, o, wc, "acme", "hub-c", true)
-		if st, _ := call(t, "GET", o.base()+"/v2/reconstructions/"+fc.hash.String(), rc, nil); st != http.StatusNotFound {
-			t.Fatalf("reconstruction of the deleted repository's file: %d, want 404", st)
-		}
-		if st, b := hubGet(t, o, c, revC, "model.bin"); st != http.StatusNotFound || !strings.Contains(string(b), "not found") {
-			t.Fatalf("resolve in the deleted repository: %d %s, want 404", st, b)
-		}
+
+		f.deleteC(t, o)
 		if r := o.gc(t, 0); r.Condemned != 1 || r.Swept != 0 {
 			t.Fatalf("first gc after the repository deletion: %+v; want its one unique xorb condemned", r)
 		}
@@ -177,18 +225,28 @@ func TestHubGCRoots(t *testing.T) {
 		if r := o.gc(t, 0); r.Swept != 1 || r.ObjectsDeleted != 1 {
 			t.Fatalf("second gc after the repository deletion: %+v; want its unique xorb swept", r)
 		}
-		after := o.xorbObjects(t)
-		if _, ok := after[key(unique)]; ok {
-			t.Errorf("the deleted repository's unique xorb is still stored")
+		if err := f.cCollected(t, o); err != nil {
+			t.Error(err)
 		}
-		for _, x := range []xorbUp{shared, v1.xorbs[1], v2.xorbs[1]} {
-			if after[key(x)] != before[key(x)] {
-				t.Errorf("xorb %s: %d bytes stored after, %d before", x.hash, after[key(x)], before[key(x)])
-			}
+		f.checkAll(t, o, "after repository c was deleted and collected")
+	})
+}
+
+// TestHubGCRootsBackground is TestHubGCRoots with the origin's background collector (gc.interval
+// 200 ms, grace 1 s) instead of the command: once it has collected deleted repository c's unique
+// xorb (so it ran past the grace period after a's scope delete too), every revision of a still
+// downloads byte-exact.
+func TestHubGCRootsBackground(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, o *proc) {
+		withGCConfig(t, o, "200ms")
+		o.start(t)
+		f := setupHubGC(t, o)
+		f.dropA(t, o)
+		f.deleteC(t, o)
+		if err := eventually(30*time.Second, func() error { return f.cCollected(t, o) }); err != nil {
+			t.Fatal(err)
 		}
-		if got, want := storeBefore-o.storeBytes(t), uint64(before[key(unique)]); got != want {
-			t.Errorf("store shrank by %d bytes, want the unique xorb's %d", got, want)
-		}
-		checkAll("after repository c was deleted and collected")
+		time.Sleep(1500 * time.Millisecond) // more runs, each past a's grace period
+		f.checkAll(t, o, "after background collections")
 	})
 }
