@@ -27,14 +27,14 @@ type Roots struct {
 }
 
 // Files implements lifecycle.Roots: it pages through hub_commits and the recent hub_lfs rows
-// in key order (each page one query, rootsPage rows) and calls fn for each Xet file, a file
+// in primary-key order (each page one range query on the key, rootsPage rows) and calls fn for each Xet file, a file
 // named by several commits once per commit.
 func (r *Roots) Files(ctx context.Context, fn func(file hash.Hash) error) error {
 	s := r.Store
 	var scope, id string
 	for {
-		rows, err := s.db.QueryContext(ctx, s.q(`SELECT scope, id, body FROM hub_commits WHERE scope > ? OR (scope = ? AND id > ?)
-ORDER BY scope, id LIMIT ?`), scope, scope, id, rootsPage)
+		rows, err := s.db.QueryContext(ctx, s.q(`SELECT scope, id, body FROM hub_commits WHERE (scope, id) > (?, ?)
+ORDER BY scope, id LIMIT ?`), scope, id, rootsPage)
 		if err != nil {
 			return fmt.Errorf("hub roots: commits: %w", s.translate(err))
 		}
@@ -87,8 +87,8 @@ ORDER BY scope, id LIMIT ?`), scope, scope, id, rootsPage)
 	var sha string
 	scope = ""
 	for {
-		rows, err := s.db.QueryContext(ctx, s.q(`SELECT scope, sha256, file FROM hub_lfs WHERE at >= ? AND (scope > ? OR (scope = ? AND sha256 > ?))
-ORDER BY scope, sha256 LIMIT ?`), since, scope, scope, sha, rootsPage)
+		rows, err := s.db.QueryContext(ctx, s.q(`SELECT scope, sha256, file FROM hub_lfs WHERE (scope, sha256) > (?, ?) AND at >= ?
+ORDER BY scope, sha256 LIMIT ?`), scope, sha, since, rootsPage)
 		if err != nil {
 			return fmt.Errorf("hub roots: uploads: %w", s.translate(err))
 		}
