@@ -199,7 +199,8 @@ func (f *hubGCFixture) cCollected(t *testing.T, o *proc) error {
 //   - deleting repository c (DELETE /api/repos/delete) drops its scope's visibility (the CAS
 //     read is 404 at once) and its files stop being roots: two collections later its unique
 //     xorb is gone (measured in the store), the store shrank by exactly its size, and the xorb
-//     it shared with a stays.
+//     it shared with a stays;
+//   - deleting a as well (its scope already invisible) frees the rest: the store holds no xorb.
 func TestHubGCRoots(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, o *proc) {
 		o.start(t)
@@ -229,6 +230,23 @@ func TestHubGCRoots(t *testing.T) {
 			t.Error(err)
 		}
 		f.checkAll(t, o, "after repository c was deleted and collected")
+
+		// Deleting a, whose scope sees nothing any more (the visibility drop finds nothing: no
+		// error): none of its revisions roots anything, and the store empties.
+		hubRepo(t, o, f.wa, "acme", "hub-a", true)
+		if st, _ := hubGet(t, o, hubA, "main", "model.bin"); st != http.StatusNotFound {
+			t.Fatalf("resolve in deleted repository a: %d, want 404", st)
+		}
+		if r := o.gc(t, 0); r.Condemned != 3 {
+			t.Fatalf("first gc after deleting a: %+v; want its 3 xorbs condemned", r)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if r := o.gc(t, 0); r.Swept != 3 || r.ObjectsDeleted != 3 {
+			t.Fatalf("second gc after deleting a: %+v; want its 3 xorbs swept", r)
+		}
+		if left := o.xorbObjects(t); len(left) != 0 {
+			t.Errorf("xorbs left after deleting every repository: %v", left)
+		}
 	})
 }
 
