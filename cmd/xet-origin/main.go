@@ -9,6 +9,7 @@
 //	xet-origin check-config [flags]
 //	xet-origin users add --data-dir DIR|--config FILE NAME
 //	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
+//	xet-origin edges [flags]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -50,6 +51,22 @@ func main() {
 			return
 		case "delete", "usage", "gc":
 			os.Exit(adminCommand(args[0], args[1:]))
+		case "edges":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			err := origin.ListEdges(ctx, args[1:], os.Getenv, os.Stdout)
+			stop()
+			if errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			if errors.Is(err, origin.ErrConfig) {
+				cmdline.PrintConfigError(os.Stderr, "xet-origin edges", err, origin.ErrConfig)
+				os.Exit(2)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "xet-origin edges:", err)
+				os.Exit(1)
+			}
+			return
 		case "check-config":
 			checkConfig(args[1:])
 			return
@@ -147,6 +164,7 @@ func usage(w io.Writer) {
                                   add a user of the Hub API (docs/hub.md)
   xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
                                   print a new hf_ access token for a user
+  xet-origin edges [flags]        list the edges registered in the index these flags name, with their state
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 
