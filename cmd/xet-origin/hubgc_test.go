@@ -212,6 +212,11 @@ func TestHubGCRoots(t *testing.T) {
 			time.Sleep(1100 * time.Millisecond) // the grace period (gcGrace)
 		}
 		f.checkAll(t, o, "after the scope's visibility was dropped and two collections")
+		// The CAS view of the scope is what the delete dropped (hf_xet reads through it):
+		// docs/hub.md, "Garbage collection".
+		if st, _ := call(t, "GET", o.base()+"/v2/reconstructions/"+f.v1.hash.String(), o.token(t, "models/"+hubA, "read"), nil); st != http.StatusNotFound {
+			t.Fatalf("CAS reconstruction in a's scope after its delete: %d, want 404", st)
+		}
 		for i, r := range reps {
 			if r.Condemned != 0 || r.Swept != 0 || r.ObjectsDeleted != 0 {
 				t.Fatalf("gc %d after the scope delete: %+v; want nothing condemned or swept", i+1, r)
