@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,8 +67,7 @@ func main() {
 			}
 			return
 		case "check-config":
-			checkConfig(args[1:])
-			return
+			os.Exit(cmdline.CheckConfig(tier, args[1:]))
 		case "users", "tokens":
 			run := origin.AddUser
 			if args[0] == "tokens" {
@@ -95,19 +93,7 @@ func main() {
 		usage(os.Stdout)
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	reg := cmdline.NewRegistry()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := origin.Run(ctx, args, os.Getenv, log, reg); err != nil {
-		stop()
-		if errors.Is(err, origin.ErrConfig) {
-			cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
-			os.Exit(2)
-		}
-		log.Error("xet-origin stopped", "err", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.Serve(tier, args))
 }
 
 // adminCommand runs an offline admin command (docs/origin.md, "Deleting data") and returns
@@ -135,20 +121,8 @@ func adminCommand(name string, args []string) int {
 	}
 }
 
-// checkConfig runs `xet-origin check-config FLAGS`: the configuration the same flags would run
-// with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
-func checkConfig(args []string) {
-	if cmdline.HelpRequested(args) {
-		usage(os.Stdout)
-		return
-	}
-	summary, err := origin.CheckConfig(args, os.Getenv)
-	if err != nil {
-		cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
-		os.Exit(2)
-	}
-	fmt.Println("xet-origin: " + summary)
-}
+// tier is what shared/cmdline needs to serve and check this binary's configuration.
+var tier = cmdline.Tier{Name: "xet-origin", ErrConfig: origin.ErrConfig, Run: origin.Run, Check: origin.CheckConfig, Usage: usage}
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
