@@ -181,45 +181,9 @@ var ErrInvalid = errors.New("config: invalid")
 // environment (getenv, os.Getenv in production).
 func Load(args []string, getenv func(string) string) (*Config, error) {
 	c := Default()
-	var file string
-	var f Config
-	fs := newFlagSet(&file, &f)
-	fs.SetOutput(io.Discard) // the error says what is wrong; --help is handled by the command
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := configfile.Load("xet-edge", &c, args, defineFlags, ErrInvalid); err != nil {
+		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrInvalid, fs.Args())
-	}
-	if file != "" {
-		if err := configfile.Decode(file, &c); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
-	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "origin":
-			c.Origin = f.Origin
-		case "origin-token":
-			c.OriginToken = f.OriginToken
-		case "data-dir":
-			c.DataDir = f.DataDir
-		case "listen":
-			c.Listen = f.Listen
-		case "http-listen":
-			c.HTTPListen = f.HTTPListen
-		case "admin-listen":
-			c.AdminListen = f.AdminListen
-		case "public-url":
-			c.PublicURL = f.PublicURL
-		case "permits":
-			c.Permits = f.Permits
-		case "region":
-			c.Region = f.Region
-		case "register":
-			c.Register = f.Register
-		}
-	})
 	if c.OriginToken == "" {
 		c.OriginToken = getenv(EnvOriginToken)
 	}
@@ -230,9 +194,9 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	return &c, nil
 }
 
-// newFlagSet defines the command-line flags, bound to file (--config) and the scratch config f.
-func newFlagSet(file *string, f *Config) *flag.FlagSet {
-	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
+// defineFlags defines the command-line flags on fs, bound to file (--config) and to f's fields
+// (configfile.Load applies only the flags given, over the file and the defaults).
+func defineFlags(fs *flag.FlagSet, file *string, f *Config) {
 	fs.StringVar(file, "config", "", "JSON configuration file")
 	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080; several (replicas), comma-separated: the next is used when one does not answer")
 	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
@@ -244,17 +208,10 @@ func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
 	fs.StringVar(&f.Region, "region", "default", "region this edge serves (one of the origin's regions.order)")
 	fs.BoolVar(&f.Register, "register", true, "report to the origin's edge registry so read tokens name this edge")
-	return fs
 }
 
 // PrintFlags writes the flags' descriptions and defaults to w (for --help).
-func PrintFlags(w io.Writer) {
-	var file string
-	var f Config
-	fs := newFlagSet(&file, &f)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-}
+func PrintFlags(w io.Writer) { configfile.PrintFlags("xet-edge", w, defineFlags) }
 
 func (c *Config) fillDerived() {
 	c.AdminListen = AdminAddr(c.AdminListen)

@@ -215,48 +215,9 @@ var ErrInvalid = errors.New("config: invalid")
 // environment (getenv, os.Getenv in production). Flags override the file named by --config.
 func Load(args []string, getenv func(string) string) (*Config, error) {
 	c := Default()
-	// Flags are bound to a scratch copy; only the ones actually given are applied after the file.
-	var file string
-	var f Config
-	fs := newFlagSet(&file, &f)
-	fs.SetOutput(io.Discard) // the error says what is wrong; --help is handled by the command
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := configfile.Load("xet-origin", &c, args, defineFlags, ErrInvalid); err != nil {
+		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrInvalid, fs.Args())
-	}
-	if file != "" {
-		if err := configfile.Decode(file, &c); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
-	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "data-dir":
-			c.DataDir = f.DataDir
-		case "listen":
-			c.Listen = f.Listen
-		case "admin-listen":
-			c.AdminListen = f.AdminListen
-		case "public-url":
-			c.PublicURL = f.PublicURL
-		case "edge-url":
-			c.EdgeURL = f.EdgeURL
-		case "dev-no-auth":
-			c.DevNoAuth = f.DevNoAuth
-		case "index":
-			c.Index.Driver = f.Index.Driver
-		case "objects":
-			c.Objects.Driver = f.Objects.Driver
-		case "s3-endpoint":
-			c.Objects.Endpoint = f.Objects.Endpoint
-		case "s3-bucket":
-			c.Objects.Bucket = f.Objects.Bucket
-		case "pace-floor":
-			c.Limits.PaceFloor = f.Limits.PaceFloor
-		}
-	})
 	c.Index.PostgresDSN = getenv(EnvPostgresDSN)
 	c.Objects.AccessKey = getenv(EnvS3AccessKey)
 	c.Objects.SecretKey = getenv(EnvS3SecretKey)
@@ -267,9 +228,9 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	return &c, nil
 }
 
-// newFlagSet defines the command-line flags, bound to file (--config) and the scratch config f.
-func newFlagSet(file *string, f *Config) *flag.FlagSet {
-	fs := flag.NewFlagSet("xet-origin", flag.ContinueOnError)
+// defineFlags defines the command-line flags on fs, bound to file (--config) and to f's fields
+// (configfile.Load applies only the flags given, over the file and the defaults).
+func defineFlags(fs *flag.FlagSet, file *string, f *Config) {
 	fs.StringVar(file, "config", "", "JSON configuration file")
 	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (keys; embedded index and objects)")
 	fs.StringVar(&f.Listen, "listen", defaultListen, "main listener host:port")
@@ -282,17 +243,10 @@ func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
 	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
 	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", 4<<10, "minimum upload pace in bytes/s (<0 disables)")
-	return fs
 }
 
 // PrintFlags writes the flags' descriptions and defaults to w (for --help).
-func PrintFlags(w io.Writer) {
-	var file string
-	var f Config
-	fs := newFlagSet(&file, &f)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-}
+func PrintFlags(w io.Writer) { configfile.PrintFlags("xet-origin", w, defineFlags) }
 
 // fillDerived fills paths and URLs that default from other fields.
 func (c *Config) fillDerived() {
