@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -34,8 +35,11 @@ func decodeBatch(t *testing.T, body []byte) batchAnswer {
 	return a
 }
 
-// TestBatchThroughEdge: batch reconstructions sent to the edge (which proxies them) get the
-// origin's answer, in both request forms, and the same 404 for a missing file.
+// TestBatchThroughEdge: batch reconstructions sent to the edge are answered by the edge itself
+// (the shared batch handler over its metadata cache), in both request forms: the same terms and
+// fetch ranges as the origin's answer, URLs of the edge's own transfer route that serve exactly
+// their ranges, and the same 404 for a missing file. An edge without permits forwards the batch
+// to the origin, whose URLs its answer then carries.
 func TestBatchThroughEdge(t *testing.T) {
 	o := startOrigin(t, t.TempDir())
 	w, r := o.token(t, scope, "write"), o.token(t, scope, "read")
@@ -66,6 +70,7 @@ func TestBatchThroughEdge(t *testing.T) {
 			if tc.status != 200 {
 				return
 			}
+			checkBatchURLs(t, ebody, "https://"+e.TLSAddr()+"/")
 			got, want := decodeBatch(t, ebody), decodeBatch(t, obody)
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("edge answer differs from the origin's:\nedge   %+v\norigin %+v", got, want)
@@ -85,5 +90,39 @@ func TestBatchThroughEdge(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// No permits: the edge forwards the batch, and the answer is the origin's own.
+	proxy := startEdge(t, o, t.TempDir(), "--permits", "0")
+	st, body := call(t, "GET", proxy.tlsURL+"/v1/reconstructions?file_id="+f1.hash.String(), r, nil)
+	if st != 200 {
+		t.Fatalf("batch through an edge without permits: %d %.300s", st, body)
+	}
+	checkBatchURLs(t, body, o.url+"/")
+}
+
+// checkBatchURLs checks that every fetch entry of a batch answer has a URL under base, and that
+// the URL serves exactly its url_range (206 with that many bytes).
+func checkBatchURLs(t *testing.T, body []byte, base string) {
+	t.Helper()
+	var a batchAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatalf("batch answer: %v", err)
+	}
+	n := 0
+	for x, fis := range a.FetchInfo {
+		for _, fi := range fis {
+			if !strings.HasPrefix(fi.URL, base) {
+				t.Fatalf("xorb %s: URL %s, want one under %s", x, fi.URL, base)
+			}
+			st, b := call(t, "GET", fi.URL, "", nil, "Range", fmt.Sprintf("bytes=%d-%d", fi.URLRange.Start, fi.URLRange.End))
+			if want := int(fi.URLRange.End - fi.URLRange.Start + 1); st != 206 || len(b) != want {
+				t.Fatalf("xorb %s: GET %s: %d with %d bytes, want 206 with %d", x, fi.URL, st, len(b), want)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("batch answer without fetch entries")
 	}
 }

@@ -142,7 +142,9 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
-		Ready: ready, Log: log, Registerer: reg,
+		Batch:        readpath.BatchOptions{Files: cfg.Limits.BatchFiles, Terms: cfg.Limits.BatchTerms, Body: cfg.Limits.BatchBody},
+		BatchTimeout: cfg.Limits.OriginTimeout.D(),
+		Ready:        ready, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		meta.Close()

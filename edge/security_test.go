@@ -24,7 +24,7 @@ func TestEdgeErrorBodiesRevealNothing(t *testing.T) {
 		{"foreign file v1", "/v1/reconstructions/" + f.hash.String()},
 		{"foreign file v2", "/v2/reconstructions/" + f.hash.String()},
 		{"unknown file v2", "/v2/reconstructions/" + unknown.String()},
-		{"foreign file batch (proxied)", "/v1/reconstructions?file_id=" + f.hash.String()},
+		{"foreign file batch", "/v1/reconstructions?file_id=" + f.hash.String()},
 		{"unknown chunk (proxied)", "/v1/chunks/default/" + unknown.String()},
 	} {
 		for _, base := range []string{e.tlsURL, e.httpURL} {

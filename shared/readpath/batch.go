@@ -23,6 +23,15 @@ import (
 // BatchOptions configure the batch reconstruction route. A batch costs one record lookup per
 // file and an answer about the size of its terms, so both are bounded; clients with bigger
 // needs ask per file.
+// Default batch limits (both tiers' limits.batch_files, batch_terms, batch_body). The terms bound
+// keeps answers under ~60 MiB (~100 B of JSON and at most one ~350 B fetch entry per term); the
+// body bound fits 1,000 {"prefix":"default","hash":"…"} entries (~86 KB).
+const (
+	DefaultBatchFiles = 1000
+	DefaultBatchTerms = 1 << 17
+	DefaultBatchBody  = 256 << 10
+)
+
 type BatchOptions struct {
 	Files int   // file ids per request (more: 413)
 	Terms int   // terms summed over the distinct files (more: 413)

@@ -20,6 +20,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
 // EnvOriginToken holds the edge's origin token when --origin-token is not given, so the secret
@@ -119,6 +120,12 @@ type Limits struct {
 	// collector works harder, and returns memory to the system sooner, as the heap nears it.
 	// 0 = MemoryBudget() (the caches' budgets plus the working set); negative = no limit.
 	MemoryLimit int64 `json:"memory_limit"`
+	// Batch reconstructions answered by the edge (GET|POST /v1/reconstructions): at most
+	// BatchFiles file ids, BatchTerms terms summed over the distinct files, POST bodies of at
+	// most BatchBody bytes; more is 413. The same keys and defaults as the origin's.
+	BatchFiles int   `json:"batch_files"`
+	BatchTerms int   `json:"batch_terms"`
+	BatchBody  int64 `json:"batch_body"`
 }
 
 // WorkingSetBytes is the memory an edge needs besides its caches' budgets and fill buffers
@@ -170,6 +177,9 @@ func Default() Config {
 			// quic-go caps an HTTP/3 connection's idle timeout at what the peer offers too.
 			ReadHeaderTimeout: Duration(30 * time.Second),
 			MaxStreams:        250,
+			BatchFiles:        readpath.DefaultBatchFiles,
+			BatchTerms:        readpath.DefaultBatchTerms,
+			BatchBody:         readpath.DefaultBatchBody,
 		},
 	}
 }
@@ -242,6 +252,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir (--data-dir) is required")
+	}
+	if c.Limits.BatchFiles < 1 || c.Limits.BatchTerms < 1 {
+		bad("limits.batch_files and limits.batch_terms must be at least 1")
+	}
+	if c.Limits.BatchBody < 1<<10 {
+		bad("limits.batch_body %d is below 1 KiB (ten file ids)", c.Limits.BatchBody)
 	}
 	if c.OriginToken == "" {
 		bad("--origin-token (or %s) is required", EnvOriginToken)

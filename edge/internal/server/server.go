@@ -99,6 +99,10 @@ type Options struct {
 	// 0 means DefaultURLExpiryRound; negative signs exact expiries and caches no whole-file
 	// answer (terms are still cached).
 	URLExpiryRound time.Duration
+	// Batch bounds the batch reconstructions the edge answers (files, terms, body bytes; 0:
+	// readpath's defaults) and BatchTimeout all of one batch's lookups (0: 10 s).
+	Batch        readpath.BatchOptions
+	BatchTimeout time.Duration
 	// Ready reports whether the edge can serve (/readyz); nil means always.
 	Ready func(ctx context.Context) error
 	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
@@ -189,6 +193,7 @@ func (s *Server) rules() []httpapi.Rule {
 		{Err: recon.ErrTermMismatch, Status: http.StatusBadGateway, Code: "origin_inconsistent"},
 		{Err: ErrCorrupt, Status: http.StatusBadGateway, Code: "origin_corrupt"},
 		{Err: ErrBadRange, Status: http.StatusRequestedRangeNotSatisfiable, Code: "bad_range"},
+		{Err: ErrBadPrefix, Status: http.StatusBadRequest, Code: "bad_prefix"},
 		{Err: context.DeadlineExceeded, Status: http.StatusGatewayTimeout, Code: "origin_timeout"},
 	}
 	for _, e := range s.o.CorruptErrs {
@@ -237,8 +242,8 @@ func (s *Server) routes() {
 	proxied("POST /v2/shards")
 	proxied("POST /v1/telemetry")
 	proxied("GET /v1/chunks/{prefix}/{hash}")
-	proxied("GET /v1/reconstructions")
-	proxied("POST /v1/reconstructions")
+	local("GET /v1/reconstructions", auth.Read, s.permitted(s.read.Batch(s.batchOptions())))
+	local("POST /v1/reconstructions", auth.Read, s.permitted(s.read.Batch(s.batchOptions())))
 	proxied("GET /api/{type}/{namespace}/{name}/{op}/{rev...}")
 	proxied("DELETE /v1/files/{file}") // deletion (docs/protocol.md §17); edges learn it from the events
 	proxied("DELETE /v1/scope")

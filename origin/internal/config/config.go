@@ -19,6 +19,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/shared/configfile"
+	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
 // Environment variables holding secrets. They are never read from the file or flags.
@@ -184,9 +185,9 @@ func Default() Config {
 			ShutdownGrace:     Duration(30 * time.Second),
 			EventsWait:        Duration(30 * time.Second),
 			DependencyTimeout: Duration(10 * time.Second),
-			BatchFiles:        1000,
-			BatchTerms:        1 << 17,   // ~100 B of JSON and at most one ~350 B fetch entry per term: answers < ~60 MiB
-			BatchBody:         256 << 10, // 1,000 {"prefix":"default","hash":"…"} entries are ~86 KB
+			BatchFiles:        readpath.DefaultBatchFiles,
+			BatchTerms:        readpath.DefaultBatchTerms,
+			BatchBody:         readpath.DefaultBatchBody,
 			IngestWait:        Duration(5 * time.Second),
 			UploadsPerScope:   16,
 			// The largest xorb body (64 MiB) at 56 KiB/s (~0.45 Mbit/s) per upload.
