@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -111,27 +112,25 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 }
 
 // firstRanges lists the fetch ranges (merged chunk ranges of the answer's Xorbs) of a's terms
-// in term order, each once, until they hold at least maxBytes stored bytes or number maxRanges.
+// in term order, each once, until they hold at least maxBytes stored bytes or number maxRanges;
+// it looks at no more than 4·maxRanges terms (a file repeating a few ranges many times).
 func firstRanges(a *recon.Answer, maxBytes int64, maxRanges int) []readAheadRange {
 	var out []readAheadRange
 	type at struct{ x, k int }
 	seen := map[at]bool{}
 	var n int64
-	for i := 0; i < a.Len() && n < maxBytes && len(out) < maxRanges; i++ {
+	for i := 0; i < a.Len() && i < 4*maxRanges && n < maxBytes && len(out) < maxRanges; i++ {
 		t := a.Term(i)
 		x := a.FetchIndex(i)
 		xf := &a.Xorbs[x]
-		for k, c := range xf.Chunks {
-			if t.Start < c.Start || t.Start >= c.End {
-				continue
-			}
-			if !seen[at{x, k}] {
-				seen[at{x, k}] = true
-				out = append(out, readAheadRange{h: xf.Hash, start: c.Start, end: c.End})
-				n += int64(xf.Bytes[k].Len())
-			}
-			break
+		// The ranges are sorted and disjoint: the one holding t is the last starting at or before it.
+		k := sort.Search(len(xf.Chunks), func(k int) bool { return xf.Chunks[k].Start > t.Start }) - 1
+		if k < 0 || t.Start >= xf.Chunks[k].End || seen[at{x, k}] {
+			continue
 		}
+		seen[at{x, k}] = true
+		out = append(out, readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End})
+		n += int64(xf.Bytes[k].Len())
 	}
 	return out
 }

@@ -150,3 +150,40 @@ func TestReadAhead(t *testing.T) {
 		t.Fatalf("the range beyond the read-ahead was served without an origin transfer: %v", after)
 	}
 }
+
+// TestFirstRanges: the fetch ranges of the first terms, in term order, each once, within the
+// byte and range bounds.
+func TestFirstRanges(t *testing.T) {
+	rec, _ := worstFile(t, 4, 200, 400)
+	a, err := recon.Plan(rec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		maxBytes  int64
+		maxRanges int
+	}{{"by ranges", 1 << 40, 5}, {"by bytes", 2000, 64}, {"one byte", 1, 64}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := firstRanges(a, tc.maxBytes, tc.maxRanges)
+			if len(rs) == 0 || len(rs) > tc.maxRanges {
+				t.Fatalf("%d ranges, bound %d", len(rs), tc.maxRanges)
+			}
+			if first := a.Term(0); rs[0].h != first.Xorb || rs[0].start > first.Start || rs[0].end < first.End {
+				t.Fatalf("first range %+v does not hold the first term %+v", rs[0], first)
+			}
+			var n int64
+			seen := map[readAheadRange]bool{}
+			for i, r := range rs {
+				if seen[r] {
+					t.Fatalf("range %+v listed twice", r)
+				}
+				seen[r] = true
+				if i < len(rs)-1 && n >= tc.maxBytes {
+					t.Fatalf("ranges go on past %d bytes", tc.maxBytes)
+				}
+				n += int64(r.end-r.start) * (xorb.HeaderSize + 60) // synthLayout's stored chunk size
+			}
+		})
+	}
+}
