@@ -36,9 +36,8 @@ type ReadAhead interface {
 
 const (
 	// DefaultReadAheadBytes is Options.ReadAheadBytes when 0: 8 segments of the data cache's
-	// default size, as many as one transfer request fills at once. More read-ahead means more
-	// fills at once, each reading the origin in smaller pieces: measured, 64 MiB cost more edge
-	// CPU per cold download and gained no wall time on loopback (perf/BENCHMARKS.md).
+	// default size, as many as one transfer request fills at once. 64 MiB raised the edge's
+	// peak RSS and CPU per cold download without a wall-time gain on loopback (docs/decisions.md).
 	DefaultReadAheadBytes = 16 << 20
 	// readAheadRanges bounds the fetch ranges one answer reads ahead (small terms of many
 	// xorbs would otherwise mean many layout lookups for few bytes).
