@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -75,8 +76,18 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		debug.SetMemoryLimit(limit) // docs/edge.md "Memory"
 		log.Info("memory limit set", "bytes", limit)
 	}
-	client, err := originapi.New(originapi.Options{BaseURL: cfg.Origin, Token: cfg.OriginToken,
-		Timeout: cfg.Limits.OriginTimeout.D(), Registerer: reg})
+	origins, err := originapi.ParseOrigins(cfg.Origin) // checked by config.Validate
+	if err != nil {
+		return nil, err
+	}
+	var rt http.RoundTripper // nil: originapi's own transport
+	if len(origins) > 1 {
+		// Several origin replicas: every call to the first URL goes to the one in use, the
+		// next when it does not answer (originapi.Failover; docs/edge.md "Several origins").
+		rt = originapi.NewFailover(originapi.NewTransport(), origins)
+	}
+	client, err := originapi.New(originapi.Options{BaseURL: origins[0].String(), Token: cfg.OriginToken,
+		Timeout: cfg.Limits.OriginTimeout.D(), Transport: rt, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +129,13 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		lns.Close()
 		return nil, err
 	}
+	ready := func(ctx context.Context) error {
+		perr := client.Ping(ctx)
+		if perr == nil || (verifier.Ready() && meta.Usable()) {
+			return nil
+		}
+		return fmt.Errorf("origin unreachable and nothing cached: %w", perr)
+	}
 	srv, err := server.New(server.Options{
 		Meta: meta, Bytes: data.bytes, Tokens: verifier, Signer: signer,
 		ReadAhead: data.readAhead, ReadAheadBytes: cfg.Cache.ReadAheadBytes,
@@ -125,14 +143,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
-		Ready: func(ctx context.Context) error {
-			perr := client.Ping(ctx)
-			if perr == nil || (verifier.Ready() && meta.Usable()) {
-				return nil
-			}
-			return fmt.Errorf("origin unreachable and nothing cached: %w", perr)
-		},
-		Log: log, Registerer: reg,
+		Ready: ready, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		meta.Close()
@@ -144,13 +155,25 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
 	go followEvents(bg, client, meta, data.evict, cfg.Limits.EventsWait.D(), log)
+	registered := make(chan struct{}) // closed once the last registry report is sent
+	if cfg.Register {
+		rep := &reporter{cfg: cfg, ready: ready}
+		if reg != nil {
+			rep.g = reg
+		}
+		go func() { defer close(registered); register(bg, client, rep, log) }()
+	} else {
+		close(registered)
+	}
 	log.Info("xet-edge serving", "listen", lns.TLS.Addr().String(), "http_listen", addr(lns.HTTP),
-		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits)
+		"admin_listen", addr(lns.Admin), "origin", cfg.Origin, "public_url", cfg.PublicURL, "permits", cfg.Permits,
+		"region", cfg.Region, "register", cfg.Register)
 	go func() {
 		defer close(e.done)
 		e.err = server.Serve(ctx, log, lns, cert, srv.Handler(), srv.Admin(reg), cfg.Limits.ShutdownGrace.D(),
 			connLimits(cfg, reg))
 		stopBG()
+		<-registered // the "not ready" report (bounded by 2 s) lands before the process exits
 		// The servers have stopped: nothing uses the caches any more.
 		meta.Close()
 		if err := data.close(); err != nil && e.err == nil {

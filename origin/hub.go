@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
 	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -41,11 +43,52 @@ func newHub(cfg *config.Config, st *hub.Store, b *backend.Backends, log *slog.Lo
 			}
 			return rec, err
 		},
+		CommittedRecord: func(ctx context.Context, file hash.Hash) (*recon.FileRecord, error) {
+			return committedRecord(ctx, b.Index, file)
+		},
+		DropScope: func(ctx context.Context, scope string) error {
+			if _, err := b.Index.Delete(ctx, scope, nil); err != nil && !errors.Is(err, index.ErrNotFound) {
+				return err
+			}
+			return nil
+		},
 		Unavailable: func(err error) bool {
 			return errors.Is(err, index.ErrUnavailable) || errors.Is(err, objstore.ErrUnavailable) ||
 				errors.Is(err, objstore.ErrNotFound)
 		},
 	})
+}
+
+// committedRecord reads the record of file whether or not a scope sees it (hub.Options.
+// CommittedRecord), with the collector's key-ordered scan: the first record after the hash just
+// below file's.
+func committedRecord(ctx context.Context, ix index.Index, file hash.Hash) (*recon.FileRecord, error) {
+	below, ok := file, false
+	for i := len(below) - 1; i >= 0; i-- {
+		if below[i] > 0 {
+			below[i]--
+			ok = true
+			break
+		}
+		below[i] = 0xff
+	}
+	if !ok { // the zero hash: no record has a Xet file's terms under it
+		return nil, fmt.Errorf("%w: no record of %s", hub.ErrEntryNotFound, file)
+	}
+	page, err := ix.Files(ctx, below, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(page) == 0 || page[0].Hash != file {
+		return nil, fmt.Errorf("%w: no record of %s", hub.ErrEntryNotFound, file)
+	}
+	return index.DecodeFile(file, page[0].Record)
+}
+
+// hubRoots is the hub's garbage-collection root source for a collection with this grace
+// period (docs/hub.md, "Garbage collection").
+func hubRoots(st *hub.Store, grace time.Duration) []lifecycle.Roots {
+	return []lifecycle.Roots{&hub.Roots{Store: st, LFSWindow: grace}}
 }
 
 // adminFlags parses the flags shared by `users add` and `tokens create`: --data-dir or

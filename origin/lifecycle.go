@@ -208,7 +208,13 @@ func GC(ctx context.Context, args []string, getenv func(string) string, stdout, 
 	if err := lifecycle.CheckGrace(g, cfg.Auth.DedupExpiry.D(), *force || cfg.GC.Force); err != nil {
 		return fmt.Errorf("%w: --grace: %v", ErrConfig, err)
 	}
+	hs, err := openHubStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
 	rep, err := lifecycle.GC(ctx, b.Index, b.Objects, lifecycle.GCOptions{Grace: g, DryRun: *dry,
+		Roots:     hubRoots(hs, g),
 		Failpoint: lifecycle.FailpointFromEnv(getenv)})
 	if err != nil {
 		return err

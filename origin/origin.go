@@ -16,8 +16,10 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/edgereg"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
 	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
+	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/auth"
 )
@@ -53,9 +55,19 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		return err
 	}
 	defer hs.Close()
+	store, err := openEdgeStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	regs, err := regions.Parse(cfg.Regions) // checked by config.Validate already
+	if err != nil {
+		return err
+	}
+	edges := edgereg.New(edgereg.Options{Store: store, Timeout: cfg.Regions.EdgeTimeout.D(), Registerer: reg})
 	srv, err := server.New(server.Options{Config: cfg, Index: b.Index, Objects: b.Objects, Keys: k,
 		DependencyTimeout: cfg.Limits.DependencyTimeout.D(), Log: log, Registerer: reg,
-		Hub: newHub(cfg, hs, b, log)})
+		Hub: newHub(cfg, hs, b, log), Edges: edges, Regions: regs})
 	if err != nil {
 		return err
 	}
@@ -72,6 +84,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		defer close(gcDone)
 		lifecycle.RunCollector(gcCtx, b.Index, b.Objects, lifecycle.NewMetrics(reg), lifecycle.CollectorOptions{
 			Interval: cfg.GC.Interval.D(), Grace: cfg.EffectiveGrace(), Log: log,
+			Roots:     hubRoots(hs, cfg.EffectiveGrace()),
 			Failpoint: lifecycle.FailpointFromEnv(getenv)})
 	}()
 	log.Info("xet-origin serving", "listen", lns.Main.Addr().String(), "admin", cfg.AdminListen,

@@ -15,14 +15,9 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/xetcdn/xetcdn/edge"
 	"github.com/xetcdn/xetcdn/shared/buildinfo"
@@ -34,8 +29,7 @@ func main() {
 	if len(args) > 0 {
 		switch args[0] {
 		case "check-config":
-			checkConfig(args[1:])
-			return
+			os.Exit(cmdline.CheckConfig(tier, args[1:]))
 		case "version", "--version", "-version":
 			fmt.Println(buildinfo.Read().String("xet-edge"))
 			return
@@ -48,35 +42,11 @@ func main() {
 		usage(os.Stdout)
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	reg := cmdline.NewRegistry()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := edge.Run(ctx, args, os.Getenv, log, reg); err != nil {
-		stop()
-		if errors.Is(err, edge.ErrConfig) {
-			cmdline.PrintConfigError(os.Stderr, "xet-edge", err, edge.ErrConfig)
-			os.Exit(2)
-		}
-		log.Error("xet-edge stopped", "err", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.Serve(tier, args))
 }
 
-// checkConfig runs `xet-edge check-config FLAGS`: the configuration the same flags would run
-// with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
-func checkConfig(args []string) {
-	if cmdline.HelpRequested(args) {
-		usage(os.Stdout)
-		return
-	}
-	summary, err := edge.CheckConfig(args, os.Getenv)
-	if err != nil {
-		cmdline.PrintConfigError(os.Stderr, "xet-edge", err, edge.ErrConfig)
-		os.Exit(2)
-	}
-	fmt.Println("xet-edge: " + summary)
-}
+// tier is what shared/cmdline needs to serve and check this binary's configuration.
+var tier = cmdline.Tier{Name: "xet-edge", ErrConfig: edge.ErrConfig, Run: edge.Run, Check: edge.CheckConfig, Usage: usage}
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:

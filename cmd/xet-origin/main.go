@@ -9,6 +9,7 @@
 //	xet-origin check-config [flags]
 //	xet-origin users add --data-dir DIR|--config FILE NAME
 //	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
+//	xet-origin edges [flags]
 //	xet-origin version
 //
 // With no configuration beyond --data-dir it runs on the embedded defaults (SQLite index and
@@ -25,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,9 +50,24 @@ func main() {
 			return
 		case "delete", "usage", "gc":
 			os.Exit(adminCommand(args[0], args[1:]))
-		case "check-config":
-			checkConfig(args[1:])
+		case "edges":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			err := origin.ListEdges(ctx, args[1:], os.Getenv, os.Stdout)
+			stop()
+			if errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			if errors.Is(err, origin.ErrConfig) {
+				cmdline.PrintConfigError(os.Stderr, "xet-origin edges", err, origin.ErrConfig)
+				os.Exit(2)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "xet-origin edges:", err)
+				os.Exit(1)
+			}
 			return
+		case "check-config":
+			os.Exit(cmdline.CheckConfig(tier, args[1:]))
 		case "users", "tokens":
 			run := origin.AddUser
 			if args[0] == "tokens" {
@@ -78,19 +93,7 @@ func main() {
 		usage(os.Stdout)
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	reg := cmdline.NewRegistry()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := origin.Run(ctx, args, os.Getenv, log, reg); err != nil {
-		stop()
-		if errors.Is(err, origin.ErrConfig) {
-			cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
-			os.Exit(2)
-		}
-		log.Error("xet-origin stopped", "err", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.Serve(tier, args))
 }
 
 // adminCommand runs an offline admin command (docs/origin.md, "Deleting data") and returns
@@ -118,20 +121,8 @@ func adminCommand(name string, args []string) int {
 	}
 }
 
-// checkConfig runs `xet-origin check-config FLAGS`: the configuration the same flags would run
-// with is loaded and validated, nothing is started. Exit status 0 (a summary on stdout) or 2.
-func checkConfig(args []string) {
-	if cmdline.HelpRequested(args) {
-		usage(os.Stdout)
-		return
-	}
-	summary, err := origin.CheckConfig(args, os.Getenv)
-	if err != nil {
-		cmdline.PrintConfigError(os.Stderr, "xet-origin", err, origin.ErrConfig)
-		os.Exit(2)
-	}
-	fmt.Println("xet-origin: " + summary)
-}
+// tier is what shared/cmdline needs to serve and check this binary's configuration.
+var tier = cmdline.Tier{Name: "xet-origin", ErrConfig: origin.ErrConfig, Run: origin.Run, Check: origin.CheckConfig, Usage: usage}
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
@@ -147,6 +138,7 @@ func usage(w io.Writer) {
                                   add a user of the Hub API (docs/hub.md)
   xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
                                   print a new hf_ access token for a user
+  xet-origin edges [flags]        list the edges registered in the index these flags name, with their state
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help
 

@@ -46,7 +46,7 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rng := fs.String("range", "", "inclusive byte range A-B (or A-) like an HTTP Range")
 	out := fs.String("o", "", "output file, or - for standard output (required)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xet download --endpoint URL [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] [--ca-file PEM] -o OUT")
+		fmt.Fprintln(stderr, "usage: xet download (--endpoint URL | --token-url URL) [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] [--ca-file PEM] -o OUT")
 		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"seconds":S,"bytes_received":N} (to stderr with -o -)`)
 		fs.PrintDefaults()
 	}

@@ -146,7 +146,7 @@ func TestCommandErrors(t *testing.T) {
 		{"hash missing file", []string{"hash", missing}, 1, "no such file"},
 		{"hash a directory", []string{"hash", t.TempDir()}, 1, "xet hash:"},
 		{"version with args", []string{"version", "x"}, 1, "no arguments"},
-		{"upload without endpoint", []string{"upload", "f"}, 1, "--endpoint is required"},
+		{"upload without endpoint", []string{"upload", "f"}, 1, "--endpoint or --token-url is required"},
 		{"download without hash", []string{"download"}, 1, "--hash"},
 		{"help", []string{"help"}, 0, ""},
 		{"hash help", []string{"hash", "-h"}, 0, "usage: xet hash"},

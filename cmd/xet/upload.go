@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -19,6 +20,7 @@ import (
 type clientFlags struct {
 	endpoint    string
 	token       string
+	tokenURL    string
 	http3       bool
 	insecure    bool
 	caFile      string
@@ -28,6 +30,8 @@ type clientFlags struct {
 func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "CAS base URL, e.g. https://cas.example.com (required)")
 	fs.StringVar(&f.token, "token", "", "bearer token (default $XET_TOKEN; none: no Authorization header)")
+	fs.StringVar(&f.tokenURL, "token-url", "", "Hub-style token route, e.g. https://origin/api/models/ORG/REPO/xet-read-token/main: --token is sent to it, "+
+		"and the CAS is the casUrl it answers (without --endpoint: followed, and asked again when that edge stops answering)")
 	fs.BoolVar(&f.http3, "http3", false, "use HTTP/3 (QUIC); needs an https endpoint")
 	fs.BoolVar(&f.insecure, "insecure", false, "accept any TLS certificate (self-signed servers)")
 	fs.StringVar(&f.caFile, "ca-file", "", "trust the CA certificates in this PEM file (e.g. an edge's DATA-DIR/tls/cert.pem) instead of the system's (default: the system's, or $SSL_CERT_FILE)")
@@ -36,8 +40,8 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 
 // client builds the library client the flags describe.
 func (f *clientFlags) client() (*xetclient.Client, error) {
-	if f.endpoint == "" {
-		return nil, fmt.Errorf("%w: --endpoint is required", errUsage)
+	if f.endpoint == "" && f.tokenURL == "" {
+		return nil, fmt.Errorf("%w: --endpoint or --token-url is required", errUsage)
 	}
 	tok := f.token
 	if tok == "" {
@@ -48,6 +52,12 @@ func (f *clientFlags) client() (*xetclient.Client, error) {
 		Token:              tok,
 		InsecureSkipVerify: f.insecure,
 		Concurrency:        f.concurrency,
+	}
+	if f.tokenURL != "" {
+		o.TokenURL, o.Token = f.tokenURL, ""
+		if tok != "" {
+			o.TokenHeader = http.Header{"Authorization": {"Bearer " + tok}}
+		}
 	}
 	if f.caFile != "" {
 		pool, err := xetclient.LoadCAFile(f.caFile)

@@ -226,6 +226,12 @@ func Start(t testing.TB, bin string, args []string, opts Options) *Process {
 	}()
 	go func() {
 		p.err = cmd.Wait()
+		// Exited promises the whole log: the copier reaches EOF once the child is gone (bounded,
+		// in case something else still holds the pipe).
+		select {
+		case <-p.logDone:
+		case <-time.After(5 * time.Second):
+		}
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
@@ -282,7 +288,7 @@ func answers200(url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// Exited is closed once the process has exited.
+// Exited is closed once the process has exited and its output is in the log.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Pid is the process id.

@@ -1,12 +1,18 @@
 // Package cmdline holds what the server binaries (cmd/xet-origin, cmd/xet-edge) do alike around
-// their tier's Run: recognising a help request, the process's metrics registry, and printing
-// configuration errors one problem per line.
+// their tier's Run: recognising a help request, the process's metrics registry, printing
+// configuration errors one problem per line, serving until a signal, and check-config.
 package cmdline
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -48,4 +54,53 @@ func PrintConfigError(w io.Writer, name string, err, sentinel error) {
 		fmt.Fprintln(w, "  "+strings.TrimPrefix(line, sentinel.Error()+": "))
 	}
 	fmt.Fprintf(w, "run '%s --help' for usage\n", name)
+}
+
+// Tier names a server binary and its tier's entry points, for Serve and CheckConfig.
+type Tier struct {
+	Name      string // the binary: "xet-origin", "xet-edge"
+	ErrConfig error  // the tier's configuration-error sentinel (exit status 2)
+	// Run serves until ctx is cancelled (SIGINT, SIGTERM) and the tier has drained.
+	Run func(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger, reg *prometheus.Registry) error
+	// Check loads and validates the configuration args name and returns a one-line summary.
+	Check func(args []string, getenv func(string) string) (string, error)
+	Usage func(io.Writer)
+}
+
+// Serve runs the tier with a JSON logger on stderr and NewRegistry's registry until SIGINT or
+// SIGTERM, and returns the exit status: 0 after a clean drain, 2 for a configuration error
+// (printed by PrintConfigError), 1 for any other failure (logged).
+func Serve(t Tier, args []string) int {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := t.Run(ctx, args, os.Getenv, log, NewRegistry())
+	stop()
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, t.ErrConfig):
+		PrintConfigError(os.Stderr, t.Name, err, t.ErrConfig)
+		return 2
+	default:
+		log.Error(t.Name+" stopped", "err", err)
+		return 1
+	}
+}
+
+// CheckConfig runs `NAME check-config FLAGS`: the configuration the same flags would run with
+// is loaded and validated, nothing is started. It returns the exit status: 0 (the summary, or
+// the usage for a help request, on stdout) or 2 (the problems on stderr).
+func CheckConfig(t Tier, args []string) int {
+	if HelpRequested(args) {
+		t.Usage(os.Stdout)
+		return 0
+	}
+	summary, err := t.Check(args, os.Getenv)
+	if err != nil {
+		PrintConfigError(os.Stderr, t.Name, err, t.ErrConfig)
+		return 2
+	}
+	fmt.Println(t.Name + ": " + summary)
+	return 0
 }

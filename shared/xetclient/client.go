@@ -134,6 +134,8 @@ type Client struct {
 	// answered is set by the first HTTP answer: until then a failure to connect (refused, no
 	// QUIC answer, an untrusted certificate) is reported at once instead of being retried.
 	answered atomic.Bool
+	// failovers counts token route renewals after a dead edge (failover.go).
+	failovers atomic.Int64
 }
 
 // New validates opts and builds a Client. It does no network I/O.

@@ -26,6 +26,9 @@ const maxReconJSON = 64 << 20
 // maxURLRefreshes bounds how often one fetch re-requests its reconstruction after a 403.
 const maxURLRefreshes = 3
 
+// maxFailovers bounds how often one fetch moves to another edge (failover.go).
+const maxFailovers = 8
+
 // DownloadOptions tune one Download call.
 type DownloadOptions struct {
 	// Range, when not nil, selects bytes Range[0] through Range[1] (inclusive, like an HTTP
@@ -357,7 +360,7 @@ func (b *block) refresh(ctx context.Context, gen int) error {
 
 // runJob fetches and decodes one range and writes the terms it serves.
 func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, prog *progress) error {
-	refreshes := 0
+	refreshes, failovers := 0, 0
 	var data []byte
 	var ends []uint32
 	err := c.retry(ctx, func(ctx context.Context) error {
@@ -369,6 +372,17 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 				refreshes++
 				if rerr := b.refresh(ctx, gen); rerr != nil {
 					return rerr
+				}
+				continue
+			}
+			if err != nil && c.failoverMode() && edgeGone(err) && failovers < maxFailovers {
+				// failover.go: the edge behind u stopped answering; ask the token route for
+				// another and take this block's URLs from it. A refresh that fails (the route
+				// still names the dead edge) is retried after the policy's backoff.
+				failovers++
+				c.failover(ctx, u, err)
+				if rerr := b.refresh(ctx, gen); rerr != nil {
+					return transient(rerr)
 				}
 				continue
 			}
@@ -515,6 +529,7 @@ func reconErr(err error) error {
 func (c *Client) getRecon(ctx context.Context, base, version string, file hash.Hash, first, last int64) (*wire.QueryReconstructionResponseV2, error) {
 	var ans *wire.QueryReconstructionResponseV2
 	err := c.retry(ctx, func(ctx context.Context) error {
+		base := c.current(ctx, base) // failover.go: the token route's latest casUrl
 		req, err := c.newRequest(ctx, http.MethodGet, base+"/"+version+"/reconstructions/"+file.String(), true)
 		if err != nil {
 			return err
@@ -522,6 +537,7 @@ func (c *Client) getRecon(ctx context.Context, base, version string, file hash.H
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", first, last))
 		resp, err := c.send(req)
 		if err != nil {
+			c.failover(ctx, base, err)
 			return err
 		}
 		defer resp.Body.Close()

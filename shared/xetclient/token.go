@@ -64,6 +64,13 @@ func (s *RefreshingTokenSource) Token(ctx context.Context) (Token, error) {
 	return tok, nil
 }
 
+// invalidate makes the next Token call fetch.
+func (s *RefreshingTokenSource) invalidate() {
+	s.mu.Lock()
+	s.ok = false
+	s.mu.Unlock()
+}
+
 // HubTokenSource fetches tokens from a Hub-style token route: GET url (with header) answering
 // {"casUrl":…,"exp":unix seconds,"accessToken":…} (docs/protocol.md §3.1). It refreshes 30 s
 // before exp and remembers the latest casUrl.
@@ -75,6 +82,9 @@ type HubTokenSource struct {
 
 	mu     sync.Mutex
 	casURL string
+
+	renewMu   sync.Mutex // one renewal at a time (failover.go)
+	lastRenew time.Time
 }
 
 // NewHubTokenSource returns a source fetching url with hc (http.DefaultClient when nil).

@@ -1,6 +1,7 @@
 package xetclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -207,6 +208,32 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	u.files[idx] = fs
 	u.b.StartFile()
 	sinceQuery := dedupSpacing // the first chunk may always be queried
+	// Until a dedup answer arrives for this file, its first shard.FileAnchors anchor chunks
+	// are asked about too, whatever the spacing: xetcdn indexes those of every file, so a new
+	// version whose first chunks changed still finds the previous one (§8.6, [xetcdn]).
+	anchors, answered := 0, false
+	// New chunks met while anchors are still to be asked about are held back (copied, at most
+	// maxHeld bytes) rather than packed: when a later anchor's answer covers them (the chunks
+	// between a changed first block and the next anchor), they are referenced, not sent.
+	var held []heldChunk
+	heldBytes := 0
+	release := func() error {
+		for _, c := range held {
+			ref, ok := u.local[c.ch.Hash]
+			if !ok {
+				ref, ok = u.lookupRemote(c.ch.Hash)
+			}
+			if !ok {
+				var err error
+				if ref, err = u.addChunk(ctx, c.data, c.ch.Hash, idx); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			fs.add(ref, uint32(c.ch.Len), c.n)
+		}
+		held, heldBytes = held[:0], 0
+		return nil
+	}
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -222,13 +249,33 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		if !ok {
 			ref, ok = u.lookupRemote(ch.Hash)
 		}
-		if !ok && !u.c.opts.DisableGlobalDedup && sinceQuery >= dedupSpacing &&
-			(n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0) && !u.queried[ch.Hash] {
+		anchor := !answered && anchors < shard.FileAnchors && ch.Hash.Mod(shard.AnchorModulus) == 0
+		if anchor {
+			anchors++
+		}
+		if !ok && !u.c.opts.DisableGlobalDedup && !u.queried[ch.Hash] &&
+			(anchor || sinceQuery >= dedupSpacing && (n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0)) {
 			sinceQuery = 0
-			u.queryGlobal(ctx, ch.Hash)
+			if u.queryGlobal(ctx, ch.Hash) {
+				answered = true
+			}
 			ref, ok = u.lookupRemote(ch.Hash)
 		}
+		if ok && !answered && u.xorbs[ref.xorb].remote {
+			answered = true // an earlier answer of this session covers the file
+		}
 		sinceQuery++
+		if !ok && !answered && anchors < shard.FileAnchors && !u.c.opts.DisableGlobalDedup &&
+			heldBytes+len(data) <= maxHeld {
+			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
+			heldBytes += len(data)
+			u.read += int64(ch.Len)
+			u.progress(u.read)
+			continue
+		}
+		if err := release(); err != nil {
+			return err
+		}
 		if !ok {
 			if ref, err = u.addChunk(ctx, data, ch.Hash, idx); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -238,6 +285,9 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		u.read += int64(ch.Len)
 		u.progress(u.read)
 	}
+	if err := release(); err != nil {
+		return err
+	}
 	info, err := h.Info()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -245,6 +295,17 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	fs.info = info
 	fs.chunks = h.Chunks()
 	return nil
+}
+
+// maxHeld bounds the bytes of new chunks addFile holds back while a file's anchors are still to
+// be asked about (shard.FileAnchors anchors are about 64 chunks, 4 MiB, on average).
+const maxHeld = 16 << 20
+
+// heldChunk is a new chunk held back by addFile: its bytes (a copy) and index in the file.
+type heldChunk struct {
+	ch   chunk.Chunk
+	data []byte
+	n    int
 }
 
 // add appends a chunk to the file's segments, extending the last one when the chunk follows it
@@ -301,18 +362,18 @@ func (u *upload) lookupRemote(h hash.Hash) (chunkRef, bool) {
 	return chunkRef{}, false
 }
 
-// queryGlobal asks the global dedup route about h and indexes the answer. Failures only mean
-// "no match": global dedup is best effort.
-func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) {
+// queryGlobal asks the global dedup route about h and indexes the answer; it reports whether
+// an answer came. Failures only mean "no match": global dedup is best effort.
+func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) bool {
 	u.queried[h] = true
 	s, err := u.c.queryDedup(ctx, u.base, h)
 	if err != nil || s == nil {
-		return
+		return false
 	}
 	var key hash.Hash
 	if s.Footer != nil {
 		if s.Footer.Expired(time.Now()) {
-			return
+			return false
 		}
 		key = s.Footer.HMACKey
 	}
@@ -331,6 +392,7 @@ func (u *upload) queryGlobal(ctx context.Context, h hash.Hash) {
 			}
 		}
 	}
+	return true
 }
 
 // buildShards turns the session into upload shards of at most shard.MaxSize bytes: every file

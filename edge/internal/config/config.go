@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
+	"github.com/xetcdn/xetcdn/shared/internalapi"
 )
 
 // EnvOriginToken holds the edge's origin token when --origin-token is not given, so the secret
@@ -33,7 +35,9 @@ const (
 
 // Config is the whole configuration of xet-edge. The JSON names are the file's keys.
 type Config struct {
-	Origin      string `json:"origin"`       // base URL of the origin (internal API, proxied routes)
+	// Origin is the origin's base URL (internal API, proxied routes); several (replicas of one
+	// origin): comma-separated, the next used when one does not answer.
+	Origin      string `json:"origin"`
 	OriginToken string `json:"-"`            // access "edge" token; flag or env only
 	DataDir     string `json:"data_dir"`     // TLS cert, URL key, xorb data cache
 	Listen      string `json:"listen"`       // TLS: HTTP/1.1 + HTTP/2 on TCP, HTTP/3 on UDP
@@ -45,6 +49,12 @@ type Config struct {
 	// Permits bounds the reconstructions answered locally at once; when none is free the
 	// request is proxied to the origin. 0 proxies every reconstruction.
 	Permits int `json:"permits"`
+	// Region is the region the edge serves (docs/edge.md, "Registration"); it must be one of
+	// the origin's regions.order when the origin configures regions. Default "default".
+	Region string `json:"region"`
+	// Register: report to the origin's edge registry at start and every few seconds, so the
+	// token route hands this edge out. Default true.
+	Register bool `json:"register"`
 
 	TLS    TLS    `json:"tls"`
 	Cache  Cache  `json:"cache"`
@@ -133,8 +143,10 @@ type Duration = configfile.Duration
 // must still be set.
 func Default() Config {
 	return Config{
-		Listen:  defaultListen,
-		Permits: 64,
+		Listen:   defaultListen,
+		Permits:  64,
+		Region:   "default",
+		Register: true,
 		Cache: Cache{
 			MetaBytes:     512 << 20,
 			MetaEntries:   100_000,
@@ -206,6 +218,10 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 			c.PublicURL = f.PublicURL
 		case "permits":
 			c.Permits = f.Permits
+		case "region":
+			c.Region = f.Region
+		case "register":
+			c.Register = f.Register
 		}
 	})
 	if c.OriginToken == "" {
@@ -222,7 +238,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("xet-edge", flag.ContinueOnError)
 	fs.StringVar(file, "config", "", "JSON configuration file")
-	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080")
+	fs.StringVar(&f.Origin, "origin", "", "origin base URL, e.g. http://origin:8080; several (replicas), comma-separated: the next is used when one does not answer")
 	fs.StringVar(&f.OriginToken, "origin-token", "", "edge access token for the origin (or env "+EnvOriginToken+")")
 	fs.StringVar(&f.DataDir, "data-dir", "", "data directory (TLS cert, URL key, xorb cache)")
 	fs.StringVar(&f.Listen, "listen", defaultListen, "TLS listener host:port (TCP h1/h2 and UDP h3)")
@@ -230,6 +246,8 @@ func newFlagSet(file *string, f *Config) *flag.FlagSet {
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "admin listener [host]:port (/metrics; pprof and admin routes need an admin token); no host = 127.0.0.1")
 	fs.StringVar(&f.PublicURL, "public-url", "", "base URL clients use for the edge")
 	fs.IntVar(&f.Permits, "permits", 64, "reconstructions answered locally at once (0: proxy all)")
+	fs.StringVar(&f.Region, "region", "default", "region this edge serves (one of the origin's regions.order)")
+	fs.BoolVar(&f.Register, "register", true, "report to the origin's edge registry so read tokens name this edge")
 	return fs
 }
 
@@ -283,6 +301,12 @@ func (c *Config) Validate() error {
 			bad("origin (--origin) is required")
 			continue
 		}
+		if name == "origin" && strings.Contains(u, ",") { // several origins (docs/edge.md)
+			if _, err := originapi.ParseOrigins(u); err != nil {
+				bad("origin: %v", err)
+			}
+			continue
+		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			bad("%s %q is not an http(s) URL", name, u)
 		}
@@ -304,6 +328,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Permits < 0 {
 		bad("permits must not be negative")
+	}
+	if c.Permits > internalapi.MaxEdgePermits {
+		bad("permits %d is above %d", c.Permits, internalapi.MaxEdgePermits)
+	}
+	if !internalapi.ValidRegion(c.Region) {
+		bad("region %q is not a region name (lower-case letters, digits, inner hyphens, at most 63)", c.Region)
 	}
 	if c.Cache.MetaBytes < 1<<20 {
 		bad("cache.meta_bytes %d is below 1 MiB", c.Cache.MetaBytes)

@@ -98,3 +98,28 @@ func TestConnectionLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionAndOrigins: the region must be a region name; several origins are checked one by
+// one, the bad one named.
+func TestRegionAndOrigins(t *testing.T) {
+	base := []string{"--data-dir", t.TempDir(), "--origin-token", "t"}
+	c, err := Load(append(base, "--origin", "http://a:1,https://b:2/"), func(string) string { return "" })
+	if err != nil || c.Region != "default" || !c.Register {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+	for _, bad := range [][]string{
+		{"--origin", "http://a:1", "--region", "EU West"},
+		{"--origin", "http://a:1", "--region", ""},
+		{"--origin", "http://a:1,ftp://b"},
+		{"--origin", "http://a:1,"},
+	} {
+		_, err := Load(append(append([]string{}, base...), bad...), func(string) string { return "" })
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: err %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, err := Load(append(base, "--origin", "http://a:1,ftp://b"), func(string) string { return "" }); err == nil ||
+		!strings.Contains(err.Error(), `"ftp://b"`) {
+		t.Errorf("bad second origin not named: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 )
 
@@ -59,6 +60,9 @@ type Config struct {
 	Limits  Limits  `json:"limits"`
 	GC      GC      `json:"gc"`
 	Hub     Hub     `json:"hub"`
+	// Regions places token callers and sets the edge registry's timeout (docs/origin.md,
+	// "Regions and the edge registry").
+	Regions regions.Config `json:"regions"`
 }
 
 // Hub configures the Hub-compatible repositories API (docs/hub.md).
@@ -419,7 +423,20 @@ func (c *Config) Validate() error {
 	if c.Limits.BatchBody < 1<<10 {
 		bad("limits.batch_body %d is below 1 KiB (ten file ids)", c.Limits.BatchBody)
 	}
+	if _, err := regions.Parse(c.Regions); err != nil {
+		for _, e := range unjoin(err) {
+			bad("%s", strings.TrimPrefix(e.Error(), regions.ErrInvalid.Error()+": "))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// unjoin lists the errors errors.Join joined into err (err alone otherwise).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // AdminAddr is where an admin_listen value binds: an address without a host (":9090") binds

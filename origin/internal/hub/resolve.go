@@ -138,6 +138,11 @@ func (h *Service) streamXet(ctx context.Context, w http.ResponseWriter, repo Rep
 		return fmt.Errorf("%w: Xet file %s cannot be served here", errNotImplemented, e.Xet)
 	}
 	rec, err := h.xetRecord(ctx, fh, repo.Scope())
+	if errors.Is(err, ErrEntryNotFound) && h.committed != nil {
+		// The commit names it, so it is a garbage-collection root: readable even after the
+		// scope's visibility was dropped through the CAS routes (docs/hub.md).
+		rec, err = h.committed(ctx, fh)
+	}
 	if err != nil {
 		w.Header().Del("Content-Length")
 		if errors.Is(err, ErrEntryNotFound) {

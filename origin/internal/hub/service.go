@@ -59,6 +59,15 @@ type Options struct {
 	// an error wrapping ErrEntryNotFound means it is not (a commit naming it is refused); any
 	// other error is passed on.
 	XetRecord func(ctx context.Context, file hash.Hash, scope string) (*recon.FileRecord, error)
+	// CommittedRecord returns the record of a Xet file a commit names whether or not a scope
+	// still sees it (a commit is a garbage-collection root, Roots, so its files' records and
+	// xorbs stay): a plain GET of a committed file after its scope's visibility was dropped
+	// through the CAS lifecycle routes. nil = XetRecord only.
+	CommittedRecord func(ctx context.Context, file hash.Hash) (*recon.FileRecord, error)
+	// DropScope drops the visibility of every file of a deleted repository's scope (the CAS
+	// lifecycle's scope delete, with its event for the edges); nothing visible is no error.
+	// nil = a deleted repository's scope keeps its visibility.
+	DropScope func(ctx context.Context, scope string) error
 	// Unavailable recognises the dependencies' "unavailable" errors (index, object store),
 	// answered 503; nil = none.
 	Unavailable func(error) bool
@@ -74,6 +83,8 @@ type Service struct {
 	inlineMax   int64
 	verifyCAS   func(*http.Request) (*auth.Claims, error)
 	xetRecord   func(ctx context.Context, file hash.Hash, scope string) (*recon.FileRecord, error)
+	committed   func(ctx context.Context, file hash.Hash) (*recon.FileRecord, error)
+	dropScope   func(ctx context.Context, scope string) error
 	unavailable func(error) bool
 	log         *slog.Logger
 	now         func() time.Time
@@ -91,7 +102,7 @@ func New(o Options) *Service {
 		o.Now = time.Now
 	}
 	return &Service{store: o.Store, objs: o.Objects, public: strings.TrimRight(o.PublicURL, "/"), inlineMax: o.InlineMax,
-		verifyCAS: o.VerifyCAS, xetRecord: o.XetRecord, unavailable: o.Unavailable, log: o.Log, now: o.Now}
+		verifyCAS: o.VerifyCAS, xetRecord: o.XetRecord, committed: o.CommittedRecord, dropScope: o.DropScope, unavailable: o.Unavailable, log: o.Log, now: o.Now}
 }
 
 // Registered is ingest's hook after a shard registration (ingest.Options.Registered): it maps
@@ -104,7 +115,7 @@ func (h *Service) Registered(ctx context.Context, scope string, files []*recon.F
 			m = append(m, LFSFile{SHA256: f.SHA256.String(), File: f.Hash.String(), Size: int64(f.Size)})
 		}
 	}
-	if err := h.store.PutLFS(ctx, scope, m); err != nil {
+	if err := h.store.PutLFS(ctx, scope, m, h.now()); err != nil {
 		return fmt.Errorf("hub: record the sha256 of %d files: %w", len(m), err)
 	}
 	return nil
@@ -199,11 +210,20 @@ func (h *Service) CreateRepo(ctx context.Context, p *Principal, typ, id string, 
 	return r, nil
 }
 
-// DeleteRepo deletes a repository (write access needed).
+// DeleteRepo deletes a repository (write access needed): first the visibility of every file of
+// its scope (DropScope: the CAS lifecycle's scope delete, so edges drop their caches), then
+// its refs, commits and uploads, so its files stop being garbage-collection roots (docs/hub.md,
+// "Garbage collection"). A failure between the two steps leaves the repository in place and a
+// retry finishes the job.
 func (h *Service) DeleteRepo(ctx context.Context, p *Principal, typ, id string) error {
 	r, err := h.writableRepo(ctx, p, typ, id)
 	if err != nil {
 		return err
+	}
+	if h.dropScope != nil {
+		if err := h.dropScope(ctx, r.Scope()); err != nil {
+			return fmt.Errorf("delete the files of %s: %w", r.Scope(), err)
+		}
 	}
 	return h.store.DeleteRepo(ctx, r.Scope())
 }

@@ -78,8 +78,12 @@ CREATE TABLE IF NOT EXISTS hub_tokens (hash TEXT PRIMARY KEY, username TEXT NOT 
 CREATE TABLE IF NOT EXISTS hub_repos (scope TEXT PRIMARY KEY, private INTEGER NOT NULL, created BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS hub_refs (scope TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, commit_id TEXT NOT NULL, PRIMARY KEY (scope, kind, name));
 CREATE TABLE IF NOT EXISTS hub_commits (scope TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (scope, id));
-CREATE TABLE IF NOT EXISTS hub_lfs (scope TEXT NOT NULL, sha256 TEXT NOT NULL, file TEXT NOT NULL, size BIGINT NOT NULL, PRIMARY KEY (scope, sha256));
+CREATE TABLE IF NOT EXISTS hub_lfs (scope TEXT NOT NULL, sha256 TEXT NOT NULL, file TEXT NOT NULL, size BIGINT NOT NULL, at BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (scope, sha256));
 `
+
+// addLFSAt adds hub_lfs.at (unix seconds of the last registration of the file; a GC root for
+// a grace period, Roots) to a table created before it existed; rows from then count as old.
+const addLFSAt = `ALTER TABLE hub_lfs ADD COLUMN at BIGINT NOT NULL DEFAULT 0`
 
 func (s *Store) migrate(ctx context.Context) error {
 	for _, stmt := range strings.Split(schema, ";") {
@@ -89,6 +93,10 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("hub: create tables: %w", s.translate(err))
 		}
+	}
+	if _, err := s.db.ExecContext(ctx, addLFSAt); err != nil && !strings.Contains(err.Error(), "duplicate column") &&
+		!strings.Contains(err.Error(), "SQLSTATE 42701") {
+		return fmt.Errorf("hub: add hub_lfs.at: %w", s.translate(err))
 	}
 	return nil
 }
@@ -315,20 +323,22 @@ type LFSFile struct {
 	Size         int64
 }
 
-// PutLFS records, in one transaction, that a shard registered these Xet files under scope; a
-// sha256 already mapped keeps its first file.
-func (s *Store) PutLFS(ctx context.Context, scope string, files []LFSFile) error {
+// PutLFS records, in one transaction, that a shard registered these Xet files under scope at
+// time at; a sha256 already mapped keeps its first file and takes the new time (the row roots
+// the file for garbage collection for a grace period from then, Roots).
+func (s *Store) PutLFS(ctx context.Context, scope string, files []LFSFile, at time.Time) error {
 	if len(files) == 0 {
 		return nil
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, s.q(`INSERT INTO hub_lfs(scope, sha256, file, size) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`))
+		stmt, err := tx.PrepareContext(ctx, s.q(`INSERT INTO hub_lfs(scope, sha256, file, size, at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (scope, sha256) DO UPDATE SET at = excluded.at`))
 		if err != nil {
 			return s.translate(err)
 		}
 		defer stmt.Close()
 		for _, f := range files {
-			if _, err := stmt.ExecContext(ctx, scope, f.SHA256, f.File, f.Size); err != nil {
+			if _, err := stmt.ExecContext(ctx, scope, f.SHA256, f.File, f.Size, at.Unix()); err != nil {
 				return s.translate(err)
 			}
 		}

@@ -94,7 +94,7 @@ type Registration struct {
 	Shard hash.Hash           // hash of the shard body
 	Scope string              // repository the uploading token was issued for
 	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
-	Xorbs []hash.Hash         // xorbs described in the shard's xorb section, returned by DedupXorbs
+	Xorbs []hash.Hash         // xorbs its dedup entries offer, returned by DedupXorbs: those the shard describes, then (bounded) those its files reference
 	Dedup []hash.Hash         // eligible chunk hashes (docs/protocol.md §8.6), computed by the caller
 	// Body, when not empty, is the shard body, kept inline in the shard row and committed with
 	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
@@ -127,7 +127,7 @@ type Index interface {
 	// XorbSize returns the stored object size of a xorb, or ErrNotFound.
 	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
 	// RegisterShard commits a registration in ONE transaction: file records, visibility of
-	// every file in r.Scope, dedup entries and the shard row. It reports whether the shard was
+	// every file in r.Scope, dedup entries (replacing the shard of known ones) and the shard row. It reports whether the shard was
 	// new. Registering a known shard again (under any scope) still grants r.Scope visibility of
 	// its files and returns false.
 	RegisterShard(ctx context.Context, r *Registration) (inserted bool, err error)
@@ -138,8 +138,9 @@ type Index interface {
 	// when it is unknown or not visible there, as File would, without reading the record
 	// (the transfer route's and the edges' visibility checks).
 	Visible(ctx context.Context, h hash.Hash, scope string) error
-	// DedupXorbs returns the xorbs of the shard that first registered chunk as a dedup entry,
-	// in that shard's order, or ErrNotFound.
+	// DedupXorbs returns the xorbs (Registration.Xorbs) of the shard that registered chunk as a
+	// dedup entry last, in that shard's order, or ErrNotFound. The newest registration of a
+	// chunk takes it over, so that a file's next version finds its latest one (§8.6 [xetcdn]).
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
 	// RecordPossession records that a writer of scope uploaded xorb (validated, new or already
 	// stored), so that scope may reference it where a hash alone is no proof of holding its

@@ -35,6 +35,10 @@ func (x *budgetIndex) RegisterShard(context.Context, *index.Registration) (bool,
 	return true, nil
 }
 
+func (x *budgetIndex) DedupXorbs(context.Context, hash.Hash) ([]hash.Hash, error) {
+	return nil, index.ErrNotFound // the files start new: no entry to take over
+}
+
 // TestAllocBudgetRegisterShard: the allocation budget of registering an hf_xet-like upload shard
 // (4 files of 64 terms over 16 xorbs of 1,024 chunks, plus 2 xorb-info blocks), everything but
 // the index round trips (perf/allocbudget).

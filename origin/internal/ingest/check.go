@@ -18,19 +18,19 @@ const progressEvery = 4096
 
 // check runs the checks of docs/protocol.md §8.5 on a parsed shard against the stored layouts,
 // and the possession check (checkPossession) for scope, and returns the encoded file records
-// to register.
+// to register and the layouts of every xorb the shard names.
 //
 // Error texts returned to the client name what the shard claims (file, term, xorb hash, the
 // chunk range it gave) but never what is stored: no stored chunk count, size, or chunk hash,
 // and no hash computed from stored chunks. A writer may probe any xorb hash, so every such
 // detail would be a leak (docs/security.md, "What a hash grants").
-func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, progress func(Progress)) ([]*recon.FileRecord, error) {
+func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, progress func(Progress)) ([]*recon.FileRecord, map[hash.Hash]*xorb.Layout, error) {
 	var total, refs uint64
 	for i := range sh.Files {
 		f := &sh.Files[i]
 		total += uint64(len(f.Terms))
 		if len(f.Terms) > 0 && f.Verification == nil && !s.lenient {
-			return nil, fmt.Errorf("%w: file %s has no verification entries", ErrRejected, f.Hash)
+			return nil, nil, fmt.Errorf("%w: file %s has no verification entries", ErrRejected, f.Hash)
 		}
 		for _, t := range f.Terms {
 			if t.End > t.Start {
@@ -39,21 +39,21 @@ func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, prog
 		}
 	}
 	if refs > uint64(s.maxChunkRefs) {
-		return nil, fmt.Errorf("%w: terms cover %d chunks, limit %d", shard.ErrTooLarge, refs, s.maxChunkRefs)
+		return nil, nil, fmt.Errorf("%w: terms cover %d chunks, limit %d", shard.ErrTooLarge, refs, s.maxChunkRefs)
 	}
 	progress(Progress{Stage: StageValidating, Total: total})
 	layouts, err := s.layouts(ctx, sh)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Before any comparison with the stored layouts, so that a shard naming a single-chunk
 	// xorb its scope does not hold learns nothing about it.
 	if err := s.checkPossession(ctx, scope, sh, layouts); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range sh.Xorbs {
 		if err := checkXorbBlock(&sh.Xorbs[i], layouts[sh.Xorbs[i].Hash]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	files := make([]*recon.FileRecord, 0, len(sh.Files))
@@ -65,10 +65,10 @@ func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, prog
 		if err != nil {
 			// recon's text names stored chunk counts and sizes: keep only the sentinel's
 			// meaning, with what the shard itself said.
-			return nil, termMismatch(f, firstBadTerm(f, layouts))
+			return nil, nil, termMismatch(f, firstBadTerm(f, layouts))
 		}
 		if leaves, err = checkFile(f, layouts, leaves[:0]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		files = append(files, rec)
 		before := verified
@@ -77,11 +77,11 @@ func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, prog
 			progress(Progress{Stage: StageValidating, Verified: verified, Total: total})
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	progress(Progress{Stage: StageValidating, Verified: total, Total: total})
-	return files, nil
+	return files, layouts, nil
 }
 
 // layouts loads the layout of every xorb the shard names, in batches; a missing one is

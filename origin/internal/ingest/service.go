@@ -275,13 +275,14 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	if err != nil {
 		return false, err
 	}
-	files, err := s.check(ctx, scope, sh, progress)
+	files, layouts, err := s.check(ctx, scope, sh, progress)
 	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return false, err
 	}
 	h := hash.Chunk(body)
-	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: shard.EligibleChunks(sh)}
+	dedup, starts := dedupChunks(sh, layouts)
+	reg := &index.Registration{Shard: h, Scope: scope, Files: files, Dedup: dedup}
 	if len(body) <= s.maxInline {
 		reg.Body = body
 	} else {
@@ -291,10 +292,17 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 		}
 	}
 	progress(Progress{Stage: StageSyncing})
-	reg.Xorbs = make([]hash.Hash, len(sh.Xorbs))
-	for i := range sh.Xorbs {
-		reg.Xorbs[i] = sh.Xorbs[i].Hash
+	// A file start this shard takes over keeps offering what its entry offered (the previous
+	// version's xorbs, or the siblings of the shard that stored it): newest-wins loses nothing.
+	var inherited []hash.Hash
+	for _, c := range starts {
+		xs, err := s.idx.DedupXorbs(ctx, c)
+		if err != nil && !errors.Is(err, index.ErrNotFound) {
+			return false, fmt.Errorf("register shard %s: dedup entry %s: %w", h, c, err)
+		}
+		inherited = append(inherited, xs...)
 	}
+	reg.Xorbs = offeredXorbs(sh, inherited)
 	ins, err := s.idx.RegisterShard(ctx, reg)
 	if errors.Is(err, index.ErrXorbGone) {
 		// Collected after the checks passed (docs/decisions.md, "Data lifecycle"): the client
@@ -311,4 +319,117 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	}
 	s.bytesIn.WithLabelValues("shard").Add(float64(len(body)))
 	return ins, nil
+}
+
+// MaxOfferedReferenced bounds how many xorbs that a shard does not describe (its files reference
+// them, or the entries it takes over offered them) a registration adds to what its dedup entries
+// offer (offeredXorbs): 256 full xorbs are 16 GiB of data, more than a safetensors shard.
+const MaxOfferedReferenced = 256
+
+// MaxAnchoredFiles bounds the files of one shard whose first chunk and anchors are indexed
+// beyond the stock rules (dedupChunks), and so the index lookups a registration makes for them.
+const MaxAnchoredFiles = 64
+
+// dedupChunks lists the chunks a registration indexes for global dedup (docs/protocol.md §8.6):
+// the eligible chunks of the shard (shard.EligibleChunks) and, for every file, the first chunk
+// of its first term also when that xorb is described by an earlier shard, and the file's first
+// shard.FileAnchors anchor chunks. The first chunk is what a fresh client asks about first when
+// it uploads the next version of the file, and the answer must then offer this shard (the
+// newest version) rather than the one that first stored the chunk (docs/decisions.md,
+// 2026-12-01 "Dedup answers follow file versions").
+//
+// It also returns the distinct first chunks of the files (starts), whose current entries the
+// registration inherits. Only the first MaxAnchoredFiles files get the additions.
+func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, starts []hash.Hash) {
+	out = shard.EligibleChunks(sh)
+	seen := make(map[hash.Hash]bool, len(out)+len(sh.Files))
+	for _, c := range out {
+		seen[c] = true
+	}
+	isStart := make(map[hash.Hash]bool)
+	for i := range sh.Files[:min(len(sh.Files), MaxAnchoredFiles)] {
+		f := &sh.Files[i]
+		if len(f.Terms) == 0 {
+			continue
+		}
+		t := f.Terms[0]
+		l := layouts[t.Xorb]
+		if l == nil || int(t.Start) >= l.NumChunks() {
+			continue // check refused such a shard already
+		}
+		c := l.ChunkHashes[t.Start]
+		if !isStart[c] {
+			isStart[c] = true
+			starts = append(starts, c)
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+		// The file's first anchors (shard.AnchorModulus), for a next version whose first
+		// chunks changed.
+		anchors := 0
+	terms:
+		for _, t := range f.Terms {
+			l := layouts[t.Xorb]
+			if l == nil || t.End > uint32(l.NumChunks()) {
+				break
+			}
+			for _, c := range l.ChunkHashes[t.Start:t.End] {
+				if c.Mod(shard.AnchorModulus) != 0 {
+					continue
+				}
+				if !seen[c] {
+					seen[c] = true
+					out = append(out, c)
+				}
+				if anchors++; anchors == shard.FileAnchors {
+					break terms
+				}
+			}
+		}
+	}
+	return out, starts
+}
+
+// offeredXorbs lists the xorbs the dedup entries of a registration offer (index.Registration.Xorbs):
+// the xorbs the shard describes, in its order, then up to MaxOfferedReferenced more: those its
+// files reference without describing them, in the order the files first name them, then the
+// inherited ones. A new version of a file that changed a few blocks describes only the xorb of
+// those blocks; the rest of it lives in the xorbs of earlier versions, and a client uploading
+// the next version needs both.
+func offeredXorbs(sh *shard.Shard, inherited []hash.Hash) []hash.Hash {
+	out := make([]hash.Hash, 0, len(sh.Xorbs))
+	seen := make(map[hash.Hash]bool, len(sh.Xorbs))
+	for i := range sh.Xorbs {
+		if h := sh.Xorbs[i].Hash; !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	extra := 0
+	add := func(h hash.Hash) bool {
+		if extra == MaxOfferedReferenced {
+			return false
+		}
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+			extra++
+		}
+		return true
+	}
+	for i := range sh.Files {
+		for _, t := range sh.Files[i].Terms {
+			if !add(t.Xorb) {
+				return out
+			}
+		}
+	}
+	for _, h := range inherited {
+		if !add(h) {
+			break
+		}
+	}
+	return out
 }

@@ -22,6 +22,8 @@ type CollectorOptions struct {
 	// Interval between runs; <= 0: no garbage collection, usage gauges only (every UsageEvery).
 	Interval time.Duration
 	Grace    time.Duration // checked by the configuration (CheckGrace)
+	// Roots are passed to every run (GCOptions.Roots): the hub's repositories.
+	Roots []Roots
 	// UsageEvery is how often the usage gauges are refreshed when Interval is 0 (default 15m);
 	// with garbage collection on, they are refreshed after every run.
 	UsageEvery time.Duration
@@ -129,7 +131,7 @@ func RunCollector(ctx context.Context, ix CollectorIndex, objs GCObjects, m *Met
 }
 
 func collectOnce(ctx context.Context, ix GCIndex, objs GCObjects, m *Metrics, o CollectorOptions) {
-	rep, err := GC(ctx, ix, objs, GCOptions{Grace: o.Grace, Log: o.Log, Failpoint: o.Failpoint})
+	rep, err := GC(ctx, ix, objs, GCOptions{Grace: o.Grace, Roots: o.Roots, Log: o.Log, Failpoint: o.Failpoint})
 	m.lastSeconds.Set(rep.Seconds)
 	m.reclaimed.Add(float64(rep.BytesReclaimed))
 	m.deleted.Add(float64(rep.ObjectsDeleted))

@@ -14,8 +14,10 @@ import (
 
 // dedup: GET /v1/chunks/{default|default-merkledb}/{hash} — the global-dedup query
 // (docs/protocol.md §2.4, §8.6). The answer is a footer-bearing shard with an empty file section,
-// the xorbs of the shard that registered the chunk, chunk hashes keyed with the origin's dedup
-// key, and an expiry DedupExpiry ahead. Unknown chunks are 404.
+// the xorbs the newest shard that registered the chunk offers (the xorbs it describes, then
+// those its files reference: index.Registration.Xorbs), chunk hashes keyed with the origin's
+// dedup key, and an expiry DedupExpiry ahead. Unknown chunks are 404. Xorbs that would take the
+// answer past shard.MaxSize (which the client refuses) are left out.
 //
 // Single-chunk xorbs the token's scope does not hold (index.Index.Possessed) are left out:
 // their hash is their chunk hash, so offering one would hand over the unkeyed chunk hash, and
@@ -57,6 +59,8 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	blocks := make([]shard.Xorb, 0, len(xs))
+	// header, the file section's bookend, the xorb section's bookend, footer
+	size := shard.HeaderSize + 2*shard.RecordSize + shard.FooterSize
 	for _, xh := range xs {
 		l, ok := layouts[xh]
 		if !ok {
@@ -65,6 +69,11 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		if l.NumChunks() == 1 && !held[xh] {
 			continue
 		}
+		n := (1 + l.NumChunks()) * shard.RecordSize
+		if size+n > shard.MaxSize {
+			continue
+		}
+		size += n
 		x := shard.Xorb{Hash: xh, RawBytes: l.RawLen(), Chunks: make([]shard.XorbChunk, l.NumChunks())}
 		var start uint32
 		for j, ch := range l.ChunkHashes {

@@ -60,7 +60,18 @@ func TestDedup(t *testing.T) {
 					}
 				}
 			}
-			expect(t, e.do("GET", "/v1/chunks/default/"+f.layouts[0].ChunkHashes[1].String(), r, nil), 404)
+			// A chunk that neither starts the file nor is an anchor (shard.AnchorModulus) is no entry.
+			plain := -1
+			for j, c := range f.layouts[0].ChunkHashes[1:] {
+				if c.Mod(shard.AnchorModulus) != 0 {
+					plain = j + 1
+					break
+				}
+			}
+			if plain < 0 {
+				t.Fatal("fixture has no chunk that is not an anchor")
+			}
+			expect(t, e.do("GET", "/v1/chunks/default/"+f.layouts[0].ChunkHashes[plain].String(), r, nil), 404)
 			expect(t, e.do("GET", "/v1/chunks/other/"+first.String(), r, nil), 400)
 			expect(t, e.do("GET", "/v1/chunks/default/zz", r, nil), 400)
 			expect(t, e.do("GET", "/v1/chunks/default/"+first.String(), "", nil), 401)

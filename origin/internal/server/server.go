@@ -27,11 +27,13 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/edgereg"
 	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/keys"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/httpserver"
@@ -89,6 +91,11 @@ type Options struct {
 	// TokenCacheTTL is how long a verified bearer token is trusted without checking its
 	// signature again (auth.CachingVerifier): 0 = auth.DefaultCacheTTL, < 0 = never cached.
 	TokenCacheTTL time.Duration
+	// Edges is the edge registry (POST /internal/v1/edges, read tokens' casUrl); nil = no
+	// registry: read tokens carry Config.EdgeURL. Regions places callers and is required
+	// with Edges.
+	Edges   *edgereg.Registry
+	Regions *regions.Map
 }
 
 // Server serves the origin's routes. Build it with New; it is safe for concurrent use.
@@ -117,6 +124,10 @@ type Server struct {
 	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
 	hub      *hub.Service       // nil: no Hub API
 
+	edges   *edgereg.Registry // nil: no registry (edges.go)
+	regions *regions.Map
+	em      *edgeMetrics
+
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain: long polls answer at once
 }
@@ -142,6 +153,11 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Edges != nil && o.Regions == nil {
+		if o.Regions, err = regions.Parse(regions.Config{}); err != nil {
+			return nil, err
+		}
+	}
 	rules := append(append([]httpapi.Rule(nil), o.ErrorRules...), baseRules()...)
 	if o.DependencyTimeout == 0 {
 		o.DependencyTimeout = DefaultDependencyTimeout
@@ -164,6 +180,9 @@ func New(o Options) (*Server, error) {
 		m:        newMetrics(o.Registerer),
 		deps:     o.DependencyTimeout,
 		hub:      o.Hub,
+		edges:    o.Edges,
+		regions:  o.Regions,
+		em:       newEdgeMetrics(o.Registerer),
 		draining: make(chan struct{}),
 	}
 	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
@@ -243,6 +262,7 @@ func (s *Server) routes() {
 	h("GET "+internalapi.JWKSPath, auth.Edge, s.internalJWKS)
 	h("GET "+internalapi.EventsPath, auth.Edge, s.internalEvents)
 	s.lifecycleRoutes(h)
+	h("POST "+internalapi.EdgesPath, auth.Edge, s.edgeReport)
 	h("GET /healthz", open, s.healthz)
 	h("GET /readyz", open, s.readyz)
 	h("/api/", open, s.hubAPI)

@@ -81,6 +81,9 @@ func (s *Server) hubToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if need == auth.Read {
+		casURL = s.readURL(r, scope) // edges.go: the caller's nearest healthy edge
+	}
 	// huggingface_hub reads the answer from these headers, hf_xet and huggingface.js from the
 	// JSON body.
 	w.Header().Set("X-Xet-Cas-Url", casURL)

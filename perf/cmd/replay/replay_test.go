@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,5 +190,33 @@ func TestReplayAgainstBinaries(t *testing.T) {
 		res.Ops[trace.DownloadRanges].ErrorClasses["connection"] != 1 || res.Ops[trace.Upload].Errors != 0 {
 		t.Fatalf("against a dead edge: %d requests, %d errors, download classes %v\n%s", res.Requests, res.Errors,
 			res.Ops[trace.Download].ErrorClasses, so.String())
+	}
+}
+
+// TestPreloadsPreviousVersion: an upload of version v whose version v-1 the trace neither
+// uploads nor downloads gets v-1 preloaded, so that it is measured against a server that has
+// the version it changes (the fine-tune traces have such uploads); with -no-preload the trace
+// is refused, naming the version.
+func TestPreloadsPreviousVersion(t *testing.T) {
+	up := trace.Record{T: 1, Op: trace.Upload, Repo: "models/a/b", File: "m.safetensors", Version: 2, Size: 3 << 20, Change: 0.1, Client: "p"}
+	p := writeTrace(t, []trace.Record{up})
+	c, err := parseFlags([]string{"-trace", p, "-origin", "http://127.0.0.1:1"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := newReplayer(c, []trace.Record{up}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := r.files[trace.FileKey{Repo: up.Repo, File: up.File, Version: 1}]
+	if prev == nil || !prev.preload || prev.content.Version != 1 || prev.content.Size != up.Size || prev.content.Change != up.Change {
+		t.Fatalf("version 1: %+v, want a preload of it", prev)
+	}
+	if s := r.files[trace.FileKey{Repo: up.Repo, File: up.File, Version: 2}]; s == nil || s.preload {
+		t.Fatalf("version 2: %+v, want the trace's upload", s)
+	}
+	c.preload = false
+	if _, err := newReplayer(c, []trace.Record{up}, io.Discard); err == nil || !strings.Contains(err.Error(), "m.safetensors@1") {
+		t.Fatalf("with -no-preload: %v", err)
 	}
 }

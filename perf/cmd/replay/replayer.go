@@ -29,7 +29,9 @@ type fileState struct {
 	ready   chan struct{} // closed when hash (or err) is set
 	hash    hash.Hash
 	err     error
-	preload bool // downloaded before the trace uploads it: uploaded before the clock starts
+	// preload: downloaded before the trace uploads it, or the previous version of an upload
+	// the trace never uploads: uploaded before the clock starts
+	preload bool
 	once    sync.Once
 }
 
@@ -67,9 +69,23 @@ func newReplayer(c *config, recs []trace.Record, log io.Writer) (*replayer, erro
 			r.files[k] = &fileState{content: trace.ContentOf(rec), ready: make(chan struct{}), preload: rec.Op != trace.Upload}
 		}
 	}
+	// An upload of version v dedups against version v-1 (what the fine-tune row measures):
+	// when the trace never has v-1, it is preloaded like a file downloaded before its upload.
+	// Without it the upload would send the whole file, measured against its changed blocks.
+	for _, rec := range recs {
+		if rec.Op != trace.Upload || rec.Version == 0 {
+			continue
+		}
+		k := trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version - 1}
+		if _, ok := r.files[k]; !ok {
+			c := trace.ContentOf(rec)
+			c.Version--
+			r.files[k] = &fileState{content: c, ready: make(chan struct{}), preload: true}
+		}
+	}
 	for k, s := range r.files {
 		if s.preload && !c.preload {
-			return nil, fmt.Errorf("%s is downloaded before the trace uploads it, and -no-preload is set", k)
+			return nil, fmt.Errorf("%s is downloaded before the trace uploads it (or is the previous version of an upload and never uploaded), and -no-preload is set", k)
 		}
 	}
 	return r, nil

@@ -10,6 +10,17 @@ import (
 // global dedup (§8.6).
 const GlobalDedupModulus = 1024
 
+// File anchors: xetcdn's addition to the global-dedup index (docs/protocol.md §8.6, [xetcdn]).
+// The origin also indexes, per registered file, its first FileAnchors chunks whose hash
+// satisfies h % AnchorModulus == 0 (one in 4 chunks, about every 256 KiB), and xetcdn's Go client
+// asks about such chunks of a file until a dedup answer arrives for it. They find the previous
+// version of a file whose first chunk changed, which the stock rules (the first chunk, then
+// one chunk in 1,024) do not for files of less than a few GiB.
+const (
+	AnchorModulus = 4
+	FileAnchors   = 16
+)
+
 // DedupAnswer builds the shard answering a global-dedup query (GET /v1/chunks/...; §8.6): an
 // empty file section, the given xorbs, and a footer with the key and timestamps. Write it with
 // AppendWithFooter.

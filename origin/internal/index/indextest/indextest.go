@@ -478,12 +478,16 @@ func testDedup(t *testing.T, ix index.Index) {
 			t.Fatalf("DedupXorbs(%s) = %v, %v; want %v", c, xs, err, a.Xorbs)
 		}
 	}
-	// A later shard listing a known chunk does not take it over; its new chunks are its own.
+	// A later shard listing a known chunk takes it over (the newest version of a file answers,
+	// docs/protocol.md §8.6 [xetcdn]); the chunks it does not list stay with a.
 	b := g.Registration("models/other/b", 1, 2, 1)
 	b.Dedup = append(b.Dedup, a.Dedup[2])
 	mustRegister(t, ix, b, true)
-	if xs, err := ix.DedupXorbs(ctx, a.Dedup[2]); err != nil || !slices.Equal(xs, a.Xorbs) {
-		t.Errorf("DedupXorbs of a chunk first registered by a = %v, %v; want a's xorbs", xs, err)
+	if xs, err := ix.DedupXorbs(ctx, a.Dedup[2]); err != nil || !slices.Equal(xs, b.Xorbs) {
+		t.Errorf("DedupXorbs of a chunk a registered, then b = %v, %v; want b's xorbs", xs, err)
+	}
+	if xs, err := ix.DedupXorbs(ctx, a.Dedup[1]); err != nil || !slices.Equal(xs, a.Xorbs) {
+		t.Errorf("DedupXorbs of a chunk only a registered = %v, %v; want a's xorbs", xs, err)
 	}
 	if xs, err := ix.DedupXorbs(ctx, b.Dedup[0]); err != nil || !slices.Equal(xs, b.Xorbs) {
 		t.Errorf("DedupXorbs of b's chunk = %v, %v; want b's xorbs", xs, err)

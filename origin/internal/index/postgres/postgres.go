@@ -317,7 +317,8 @@ const (
 	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc COLLATE "C", h ON CONFLICT DO NOTHING
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
-	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c ON CONFLICT DO NOTHING
+	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
+	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard
 )
 SELECT hash FROM s`
 
@@ -608,7 +609,7 @@ func registerArgs(ops []*regOp) []any {
 		seenS  = make(map[hash.Hash]bool, len(ops))
 		seenF  = make(map[hash.Hash]bool)
 		seenV  = make(map[vis]bool)
-		seenC  = make(map[hash.Hash]bool)
+		seenC  = make(map[hash.Hash]int) // chunk → its index in chunks
 	)
 	for _, op := range ops {
 		b := op.b
@@ -627,8 +628,12 @@ func registerArgs(ops []*regOp) []any {
 			}
 		}
 		for _, c := range b.Dedup {
-			if !seenC[c] {
-				seenC[c] = true
+			// The newest registration of a dedup chunk wins (index.Index.RegisterShard):
+			// within a batch, the last op naming it.
+			if i, ok := seenC[c]; ok {
+				chunks[i].shard = b.Shard
+			} else {
+				seenC[c] = len(chunks)
 				chunks = append(chunks, chunk{c, b.Shard})
 			}
 		}

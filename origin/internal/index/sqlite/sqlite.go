@@ -136,7 +136,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		{&db.insShard, `INSERT INTO shards(hash, scope, xorbs, at, body) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insFile, `INSERT INTO files(hash, record) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insVis, `INSERT INTO visibility(scope, file) VALUES (?, ?) ON CONFLICT DO NOTHING`},
-		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT DO NOTHING`},
+		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT(chunk) DO UPDATE SET shard = excluded.shard`},
 		{&db.insXorb, `INSERT INTO xorbs(hash, stored_size, layout) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insPossession, `INSERT INTO possession(scope, xorb) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 	} {

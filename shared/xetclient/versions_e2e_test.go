@@ -1,0 +1,73 @@
+package xetclient_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/xetcdn/xetcdn/shared/xet/chunk"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xetclient"
+)
+
+// TestE2EVersionChainDedup uploads consecutive versions of a file, each in a fresh client
+// session (no state shared between them, as the trace replayer and a CI job do), against the
+// real origin binary, and bounds the bytes each version sends by the bytes it changed: the
+// global dedup route alone must let version k find the blocks that versions 1..k-1 introduced,
+// not only those of version 0, also when a version changes the file's first block (issue 13,
+// fine-tune scenario; docs/decisions.md 2026-12-01 "Dedup answers follow file versions").
+func TestE2EVersionChainDedup(t *testing.T) {
+	o := startOrigin(t)
+	const scope = "models/acme/finetune"
+	write, read := o.token(t, scope, "write"), o.token(t, scope, "read")
+	const block = 1 << 20
+	data := randBytes(70, 16*block)
+	upload(t, newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write }), data)
+	// stored: the chunks of every version uploaded so far. novel: the bytes of the chunks of
+	// data no earlier version has, what a perfect client sends (content-defined chunks
+	// straddle the rewritten blocks' edges, so it is a little more than the blocks).
+	stored := map[hash.Hash]bool{}
+	novel := func(data []byte) int64 {
+		chunks, _, err := chunk.HashAll(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, c := range chunks {
+			if !stored[c.Hash] {
+				n += int64(c.Len)
+			}
+			stored[c.Hash] = true
+		}
+		return n
+	}
+	novel(data)
+	// Blocks each version rewrites; version 2 rewrites the first block, so its first chunk
+	// (the one a client always asks about) is one version 0 never had.
+	changes := [][]int{{3, 11}, {0, 7}, {5, 13}, {2, 9}}
+	for v, blocks := range changes {
+		data = bytes.Clone(data)
+		for i, b := range blocks {
+			copy(data[b*block:(b+1)*block], randBytes(uint64(1000+10*v+i), block))
+		}
+		changed, ideal := int64(len(blocks)*block), novel(data)
+		c := newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write })
+		sent := totalSent(upload(t, c, data))
+		t.Logf("version %d: sent %d bytes for %d changed (%.3fx), %d in new chunks (%.3fx)",
+			v+1, sent, changed, float64(sent)/float64(changed), ideal, float64(sent)/float64(ideal))
+		// On top of the new chunks: 8 bytes of chunk header each, and the shard's records
+		// (a few KiB here). Packing the chunks between the rewritten first block of version 2
+		// and the anchor whose answer covers them (rather than holding them back) is 16 KiB
+		// more.
+		if limit := ideal + ideal/400 + 8<<10; sent > limit {
+			t.Errorf("version %d sent %d bytes, want at most %d (new chunks %d, changed blocks %d)",
+				v+1, sent, limit, ideal, changed)
+		}
+		if v == len(changes)-1 {
+			r := newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = read })
+			h := upload(t, c, data)[0].FileHash
+			if got := download(t, r, h, xetclient.DownloadOptions{}); !bytes.Equal(got, data) {
+				t.Fatalf("version %d downloads different bytes", v+1)
+			}
+		}
+	}
+}
