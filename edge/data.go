@@ -16,6 +16,7 @@ import (
 // dataSource is the xorb byte source and what the server needs to know about its errors.
 type dataSource struct {
 	bytes             server.XorbBytes
+	readAhead         server.ReadAhead
 	corrupt, badRange []error
 	close             func() error
 	// evict drops the cached bytes of xorbs the origin's garbage collection deleted.
@@ -31,6 +32,6 @@ func openData(ctx context.Context, cfg *config.Config, client *originapi.Client,
 	if err != nil {
 		return nil, err
 	}
-	return &dataSource{bytes: c, corrupt: []error{datacache.ErrCorrupt}, badRange: []error{datacache.ErrBadRange},
+	return &dataSource{bytes: c, readAhead: c, corrupt: []error{datacache.ErrCorrupt}, badRange: []error{datacache.ErrBadRange},
 		close: c.Close, evict: c.Evict}, nil
 }

@@ -138,6 +138,7 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	}
 	srv, err := server.New(server.Options{
 		Meta: meta, Bytes: data.bytes, Tokens: verifier, Signer: signer,
+		ReadAhead: data.readAhead, ReadAheadBytes: cfg.Cache.ReadAheadBytes,
 		Origin: client.Base(), Transport: client.Transport(),
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,

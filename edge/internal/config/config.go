@@ -85,6 +85,10 @@ type Cache struct {
 	// FillBufferBytes is the ceiling on the receive buffers of the data cache's fills from the
 	// origin (datacache.Options.BufferMemory); fills beyond it wait for a buffer.
 	FillBufferBytes int64 `json:"fill_buffer_bytes"`
+	// ReadAheadBytes bounds the stored bytes of an answered reconstruction's first fetch ranges
+	// whose fills start when it is answered (server.Options.ReadAheadBytes); 0 = the default
+	// (server.DefaultReadAheadBytes), negative = no read-ahead.
+	ReadAheadBytes int64 `json:"read_ahead_bytes"`
 }
 
 // Auth configures keys and lifetimes.

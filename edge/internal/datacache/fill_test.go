@@ -349,6 +349,39 @@ func TestPrefetch(t *testing.T) {
 	close(f2.gate)
 }
 
+// TestPrefetchSkipsWhenBuffersShort: while more than half of the receive buffers' ceiling is
+// held by running fills, read-ahead starts nothing (it is left to the fills clients wait for).
+func TestPrefetchSkipsWhenBuffersShort(t *testing.T) {
+	o := buildXorb(t, 29, 200, 2<<10, 6<<10)
+	o2 := buildXorb(t, 30, 200, 2<<10, 6<<10)
+	f := newFakeFetcher(o, o2)
+	f.gate = make(chan struct{})
+	f.entered = make(chan fetchKey, 100)
+	reg := prometheus.NewRegistry()
+	c, err := Open(context.Background(), Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fetcher: f,
+		SegmentBytes: testSegment, BufferMemory: 3 * bufferBytes, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer close(f.gate)
+	// Two fills hold two of the three buffers (each takes its buffer before it fetches).
+	s, e := chunkRange(o.l, 0, o.l.NumChunks())
+	if n, err := c.Prefetch(o.l, s, e); err != nil || n < 2 {
+		t.Fatalf("Prefetch = %d, %v; want at least 2 fills", n, err)
+	}
+	<-f.entered
+	<-f.entered
+	before := labelled2(t, reg, "xet_edge_datacache_prefetch_total", "result", "started")
+	s2, e2 := chunkRange(o2.l, 0, o2.l.NumChunks())
+	if n, err := c.Prefetch(o2.l, s2, e2); err != nil || n != 0 {
+		t.Fatalf("Prefetch with buffers short = %d, %v; want 0", n, err)
+	}
+	if v := labelled2(t, reg, "xet_edge_datacache_prefetch_total", "result", "started"); v != before {
+		t.Fatalf("prefetch started %v fills with buffers short", v-before)
+	}
+}
+
 // TestCloseStopsFills: Close ends a fill that is waiting on the origin (within a bound, not
 // after FillTimeout), and its reader gets an error.
 func TestCloseStopsFills(t *testing.T) {

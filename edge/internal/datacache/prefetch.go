@@ -19,7 +19,9 @@ type prefetcher struct {
 // and returns at once with the number of fills it started or joined. start and end must be
 // chunk boundaries of l (else an error wrapping ErrBadRange); l.Verify() passed. At most
 // Options.PrefetchSegments prefetch fills run at a time; segments beyond that are skipped and
-// counted (xet_edge_datacache_prefetch_total{result="skipped"}), so read-ahead never queues.
+// counted (xet_edge_datacache_prefetch_total{result="skipped"}), so read-ahead never queues;
+// so are all segments while more than half of the receive buffers' ceiling is in use
+// (Options.BufferMemory), which is left to the fills clients wait for.
 // The fills are ordinary ones: a request that arrives meanwhile joins them.
 func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 	r, err := requestSpan(l, start, end)
@@ -33,7 +35,7 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 			c.m.prefetch.WithLabelValues("cached").Inc()
 			continue
 		}
-		if !c.pre.sem.TryAcquire(1) {
+		if c.pool.inUse.Load() > c.pool.ceiling/2 || !c.pre.sem.TryAcquire(1) {
 			c.m.prefetch.WithLabelValues("skipped").Inc()
 			continue
 		}

@@ -17,6 +17,7 @@ type metrics struct {
 	termsEncodes   prometheus.Counter
 	transferBytes  prometheus.Counter
 	verifyFailures prometheus.Counter
+	readAhead      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,11 +52,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Xorb bytes served on the transfer route."}),
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
 			Help: "Transfer requests refused because the origin's bytes failed verification."}),
+		readAhead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_readahead_total",
+			Help: "Answers read ahead (result=started; the fills are in xet_edge_datacache_prefetch_total) or not: skipped_permits (few permits free), skipped_busy (read-ahead at its bound), error (a layout lookup or a prefetch failed)."},
+			[]string{"result"}),
 	}
 	m.fallbacks.WithLabelValues("no_permit")
+	for _, r := range []string{"started", "skipped_permits", "skipped_busy", "error"} {
+		m.readAhead.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.served, m.fallbacks, m.permitsInUse, m.parallel, m.recon, m.planCache,
-			m.answerCache, m.answerBytes, m.answerEncodes, m.termsEncodes, m.transferBytes, m.verifyFailures)
+			m.answerCache, m.answerBytes, m.answerEncodes, m.termsEncodes, m.transferBytes, m.verifyFailures,
+			m.readAhead)
 	}
 	return m
 }

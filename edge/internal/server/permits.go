@@ -39,6 +39,13 @@ func (p *permits) takeHalf(limit int) int {
 	return n
 }
 
+// freeBelow reports whether fewer than n permits are free.
+func (p *permits) freeBelow(n int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.free < n
+}
+
 // release returns n permits.
 func (p *permits) release(n int) {
 	p.mu.Lock()

@@ -57,6 +57,11 @@ func (sa *answerLayer) Answer(w http.ResponseWriter, r *http.Request, q readpath
 	whole := wholeRange(rec, q.Range)
 	cacheable := s.answers.usable(len(rec.Terms))
 	if whole && cacheable && s.o.URLExpiryRound > 0 {
+		if s.o.ReadAhead != nil && s.o.ReadAheadBytes > 0 {
+			if a, err := s.plan(r.Context(), rec, true, nil); err == nil { // from the plan cache
+				s.readAhead(r.Context(), a)
+			}
+		}
 		return s.writeWhole(w, r, rec, q.V2, q.Scope, exp.Unix(), signer)
 	}
 	var terms *recon.Terms
@@ -70,6 +75,7 @@ func (sa *answerLayer) Answer(w http.ResponseWriter, r *http.Request, q readpath
 	if err != nil {
 		return err
 	}
+	s.readAhead(r.Context(), a)
 	b := beginBatch(w, r)
 	err = s.fresh.Write(w, a, q.V2, signer, terms)
 	return errors.Join(err, b.end())

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
@@ -103,6 +104,11 @@ type Options struct {
 	// readpath's defaults) and BatchTimeout all of one batch's lookups (0: 10 s).
 	Batch        readpath.BatchOptions
 	BatchTimeout time.Duration
+	// ReadAhead starts the data cache's fills for the first fetch ranges of every answered
+	// reconstruction (readahead.go); nil: no read-ahead. ReadAheadBytes bounds the stored
+	// bytes read ahead per answer: 0 means DefaultReadAheadBytes, negative turns it off.
+	ReadAhead      ReadAhead
+	ReadAheadBytes int64
 	// Ready reports whether the edge can serve (/readyz); nil means always.
 	Ready func(ctx context.Context) error
 	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
@@ -133,6 +139,7 @@ type Server struct {
 	read   *readpath.Handlers
 	fresh  *readpath.Fresh
 	tokens *auth.CachingVerifier
+	ra     readAheader
 }
 
 // New builds a Server.
@@ -158,10 +165,13 @@ func New(o Options) (*Server, error) {
 	if o.URLExpiryRound == 0 {
 		o.URLExpiryRound = DefaultURLExpiryRound
 	}
+	if o.ReadAheadBytes == 0 {
+		o.ReadAheadBytes = DefaultReadAheadBytes
+	}
 	if o.Transport == nil {
 		o.Transport = originapi.NewTransport()
 	}
-	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer)}
+	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer), ra: readAheader{runs: semaphore.NewWeighted(readAheadRuns)}}
 	s.answers = newAnswerCache(o.PlanCacheBytes, o.AnswerCacheBytes, s.m)
 	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))

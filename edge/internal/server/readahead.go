@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// Read-ahead (issue 11): a reconstruction the edge answers names the xorb ranges its client
+// fetches next, in term order. answerLayer hands each answer to readAhead, which starts the
+// data cache's fills (ReadAhead.Prefetch) for the fetch ranges of the answer's first terms,
+// up to Options.ReadAheadBytes of them, so that the origin transfer is under way by the time
+// the client's transfer request arrives (which then joins the running fill or hits the cache).
+// It is an edge layer: the shared handlers and the origin never prefetch.
+//
+// Bounds: at most readAheadRuns answers are being read ahead at once (layouts looked up and
+// fills started, under context.WithoutCancel + readAheadTimeout, not the request's context);
+// the data cache bounds the prefetch fills running at once and skips when its receive buffers
+// are short (xet_edge_datacache_prefetch_total); no read-ahead starts while fewer than a
+// quarter of the permits are free (the edge is busy answering, and the client's own requests
+// will fill what it needs). Everything skipped here is counted in
+// xet_edge_readahead_total{result}.
+
+// ReadAhead starts background fills of verified xorb bytes (*datacache.Cache): the stored
+// bytes [start, end) of l, on chunk boundaries, without waiting for them. It returns how many
+// fills it started or joined.
+type ReadAhead interface {
+	Prefetch(l *xorb.Layout, start, end int64) (int, error)
+}
+
+const (
+	// DefaultReadAheadBytes is Options.ReadAheadBytes when 0: 8 segments of the data cache's
+	// default size, as many as one transfer request fills at once. 64 MiB raised the edge's
+	// peak RSS and CPU per cold download without a wall-time gain on loopback (docs/decisions.md).
+	DefaultReadAheadBytes = 16 << 20
+	// readAheadRanges bounds the fetch ranges one answer reads ahead (small terms of many
+	// xorbs would otherwise mean many layout lookups for few bytes).
+	readAheadRanges = 64
+	// readAheadRuns bounds the answers being read ahead at once.
+	readAheadRuns = 4
+	// readAheadTimeout bounds one answer's read-ahead (layout lookups and starting fills; the
+	// fills themselves are bounded by the data cache's fill timeout).
+	readAheadTimeout = 30 * time.Second
+)
+
+// readAheadRange is a fetch range to read ahead: chunks [start, end) of xorb h.
+type readAheadRange struct {
+	h          hash.Hash
+	start, end uint32
+}
+
+// readAheader is the state of read-ahead: its bound on concurrent runs.
+type readAheader struct {
+	runs *semaphore.Weighted
+}
+
+// readAhead starts read-ahead for answer a (see the top of this file); it returns at once.
+func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
+	if s.o.ReadAhead == nil || s.o.ReadAheadBytes < 0 || a == nil || a.Len() == 0 {
+		return
+	}
+	if s.permits.freeBelow(s.o.Permits / 4) {
+		s.m.readAhead.WithLabelValues("skipped_permits").Inc()
+		return
+	}
+	rs := firstRanges(a, s.o.ReadAheadBytes, readAheadRanges)
+	if !s.ra.runs.TryAcquire(1) {
+		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
+		return
+	}
+	s.m.readAhead.WithLabelValues("started").Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readAheadTimeout)
+	go func() {
+		defer s.ra.runs.Release(1)
+		defer cancel()
+		left := s.o.ReadAheadBytes
+		for _, r := range rs {
+			if left <= 0 {
+				return
+			}
+			l, err := s.o.Meta.Layout(ctx, r.h)
+			if err != nil {
+				s.m.readAhead.WithLabelValues("error").Inc()
+				s.log.DebugContext(ctx, "read-ahead: layout", "xorb", r.h.String(), "err", err)
+				return
+			}
+			if int(r.end) > l.NumChunks() || r.start >= r.end {
+				s.m.readAhead.WithLabelValues("error").Inc()
+				return
+			}
+			cs, ce := l.ByteRange(r.start, r.end)
+			if int64(ce-cs) > left {
+				// Clip to the chunk holding byte cs+left: a chunk boundary, as Prefetch needs.
+				j := firstEndAbove(l, int64(cs)+left-1)
+				_, ce = l.ByteRange(r.start, uint32(j)+1)
+			}
+			left -= int64(ce - cs)
+			if _, err := s.o.ReadAhead.Prefetch(l, int64(cs), int64(ce)); err != nil {
+				s.m.readAhead.WithLabelValues("error").Inc()
+				s.log.DebugContext(ctx, "read-ahead: prefetch", "xorb", r.h.String(), "err", err)
+				return
+			}
+		}
+	}()
+}
+
+// firstRanges lists the fetch ranges (merged chunk ranges of the answer's Xorbs) of a's terms
+// in term order, each once, until they hold at least maxBytes stored bytes or number maxRanges;
+// it looks at no more than 4·maxRanges terms (a file repeating a few ranges many times).
+func firstRanges(a *recon.Answer, maxBytes int64, maxRanges int) []readAheadRange {
+	var out []readAheadRange
+	type at struct{ x, k int }
+	seen := map[at]bool{}
+	var n int64
+	for i := 0; i < a.Len() && i < 4*maxRanges && n < maxBytes && len(out) < maxRanges; i++ {
+		t := a.Term(i)
+		x := a.FetchIndex(i)
+		xf := &a.Xorbs[x]
+		// The ranges are sorted and disjoint: the one holding t is the last starting at or before it.
+		k := sort.Search(len(xf.Chunks), func(k int) bool { return xf.Chunks[k].Start > t.Start }) - 1
+		if k < 0 || t.Start >= xf.Chunks[k].End || seen[at{x, k}] {
+			continue
+		}
+		seen[at{x, k}] = true
+		out = append(out, readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End})
+		n += int64(xf.Bytes[k].Len())
+	}
+	return out
+}

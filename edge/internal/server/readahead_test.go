@@ -1,0 +1,189 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/edge/internal/datacache"
+	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/recon"
+	"github.com/xetcdn/xetcdn/shared/urlsign"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// fetchLog is a memFetcher that also records every range it was asked for.
+type fetchLog struct {
+	*memFetcher
+	ranges [][2]int64 // guarded by memFetcher.mu
+}
+
+func (f *fetchLog) FetchXorbRange(ctx context.Context, h hash.Hash, start, end int64) (io.ReadCloser, error) {
+	rc, err := f.memFetcher.FetchXorbRange(ctx, h, start, end)
+	f.mu.Lock()
+	f.ranges = append(f.ranges, [2]int64{start, end})
+	f.mu.Unlock()
+	return rc, err
+}
+
+func (f *fetchLog) snapshot() (int64, [][2]int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes, append([][2]int64(nil), f.ranges...)
+}
+
+// gathered is the value of counter name{label=value} in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestReadAhead: a reconstruction answered by a cold edge starts the fills of the first terms'
+// fetch ranges before any transfer request arrives, no more than Options.ReadAheadBytes of
+// them; the transfer requests for those ranges then cause no new origin transfer, and one for
+// a range beyond the read-ahead does (the fetcher's count is live).
+func TestReadAhead(t *testing.T) {
+	const seg = 256 << 10
+	body, l := testXorb(t, 3, 48, 20000) // ~20 KB stored per chunk: ~13 chunks per segment
+	f := &fetchLog{memFetcher: &memFetcher{body: map[hash.Hash][]byte{l.Hash: body}}}
+	reg := prometheus.NewRegistry()
+	dc, err := datacache.Open(context.Background(), datacache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30,
+		Fetcher: f, SegmentBytes: seg, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	// Three terms in three non-adjacent fetch ranges, one per 256 KiB segment region.
+	chunks := [][2]uint32{{0, 8}, {16, 24}, {34, 42}}
+	file := shard.File{Hash: hash.Chunk([]byte("read-ahead file"))}
+	for _, c := range chunks {
+		file.Terms = append(file.Terms, shard.Term{Xorb: l.Hash, Start: c[0], End: c[1], RawBytes: l.RawRange(c[0], c[1])})
+	}
+	rec, err := recon.NewFileRecord(file, map[hash.Hash]*xorb.Layout{l.Hash: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byteRange := func(c [2]uint32) httprange.ByteRange {
+		s, e := l.ByteRange(c[0], c[1])
+		return httprange.ByteRange{Start: uint64(s), End: uint64(e) - 1}
+	}
+	// Read ahead the first two ranges only.
+	budget := int64(byteRange(chunks[0]).Len() + byteRange(chunks[1]).Len())
+	signer, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.invalid", Key: bytes.Repeat([]byte{7}, urlsign.MinKeyLen)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin, _ := url.Parse("http://127.0.0.1:1")
+	meta := fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}, files: map[hash.Hash]*recon.FileRecord{rec.Hash: rec}}
+	srv, err := New(Options{Meta: meta, Bytes: dc, ReadAhead: dc, ReadAheadBytes: budget, Tokens: readTokens{},
+		Signer: signer, Origin: origin, Permits: 8,
+		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("reconstruction: %d %s", w.Code, w.Body.String())
+	}
+	// Wait for the read-ahead run to finish starting its fills (bounded by readAheadTimeout).
+	if err := srv.ra.runs.Acquire(context.Background(), readAheadRuns); err != nil {
+		t.Fatal(err)
+	}
+	srv.ra.runs.Release(readAheadRuns)
+	if v := counterValue(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
+		t.Fatalf("xet_edge_readahead_total{started} = %v, want 1", v)
+	}
+	// The first two ranges lie in segments 0 and 1; the third range's segments are not read ahead.
+	if v := gathered(t, reg, "xet_edge_datacache_prefetch_total", "result", "started"); v != 2 {
+		t.Fatalf("prefetch fills started: %v, want 2 (segments of the first two ranges)", v)
+	}
+	// Reading the first two ranges waits for the prefetch fills (joins or hits), fetching nothing new.
+	get := func(c [2]uint32) {
+		t.Helper()
+		br := byteRange(c)
+		u := string(signer.Bind("s", rec.Hash, signer.Expiry(0)).AppendURL(nil, l.Hash, []httprange.ByteRange{br}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, strings.TrimPrefix(u, "https://edge.invalid"), nil))
+		if w.Code != http.StatusOK || !bytes.Equal(w.Body.Bytes(), body[br.Start:br.End+1]) {
+			t.Fatalf("transfer of chunks %v: %d, %d bytes", c, w.Code, w.Body.Len())
+		}
+	}
+	get(chunks[0])
+	get(chunks[1])
+	n, ranges := f.snapshot()
+	if len(ranges) != 2 || ranges[0][0] != 0 || ranges[1][0] < seg || ranges[1][1] > 2*seg+20000 {
+		t.Fatalf("origin transfers after read-ahead and the first two transfers: %v, want segments 0 and 1 once", ranges)
+	}
+	if n > budget+2*seg {
+		t.Fatalf("read-ahead pulled %d bytes, bound %d plus segment rounding", n, budget)
+	}
+	get(chunks[2])
+	if _, after := f.snapshot(); len(after) <= 2 {
+		t.Fatalf("the range beyond the read-ahead was served without an origin transfer: %v", after)
+	}
+}
+
+// TestFirstRanges: the fetch ranges of the first terms, in term order, each once, within the
+// byte and range bounds.
+func TestFirstRanges(t *testing.T) {
+	rec, _ := worstFile(t, 4, 200, 400)
+	a, err := recon.Plan(rec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		maxBytes  int64
+		maxRanges int
+	}{{"by ranges", 1 << 40, 5}, {"by bytes", 2000, 64}, {"one byte", 1, 64}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := firstRanges(a, tc.maxBytes, tc.maxRanges)
+			if len(rs) == 0 || len(rs) > tc.maxRanges {
+				t.Fatalf("%d ranges, bound %d", len(rs), tc.maxRanges)
+			}
+			if first := a.Term(0); rs[0].h != first.Xorb || rs[0].start > first.Start || rs[0].end < first.End {
+				t.Fatalf("first range %+v does not hold the first term %+v", rs[0], first)
+			}
+			var n int64
+			seen := map[readAheadRange]bool{}
+			for i, r := range rs {
+				if seen[r] {
+					t.Fatalf("range %+v listed twice", r)
+				}
+				seen[r] = true
+				if i < len(rs)-1 && n >= tc.maxBytes {
+					t.Fatalf("ranges go on past %d bytes", tc.maxBytes)
+				}
+				n += int64(r.end-r.start) * (xorb.HeaderSize + 60) // synthLayout's stored chunk size
+			}
+		})
+	}
+}
