@@ -1,9 +1,10 @@
 //go:build unix
 
-// Package readme runs the README's "Use it with the stock clients" section as a newcomer would:
-// scripts/run.sh (what `make run` runs) on the real binaries, its printed exports pasted into a
-// shell, then the section's files and commands, read from README.md, with the stock clients
-// hf_xet and huggingface.js (issue 14).
+// Package readme runs the README's client sections as a newcomer would: scripts/run.sh (what
+// `make run` runs) on the real binaries, its printed exports pasted into a shell, then each
+// section's files and commands, read from README.md: "Use it with the stock clients" with hf_xet
+// and huggingface.js (issue 14), "Use it from huggingface_hub" with the hf CLI and
+// snapshot_download (issue 16).
 package readme
 
 import (
@@ -12,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,25 +29,31 @@ import (
 )
 
 const (
-	readmePath = "../../README.md"
-	section    = "## Use it with the stock clients"
+	readmePath   = "../../README.md"
+	stockSection = "## Use it with the stock clients"
+	hubSection   = "## Use it from huggingface_hub"
 	// exportsWait bounds run.sh's start (build excluded): the origin and the edge on loopback.
 	exportsWait = 90 * time.Second
-	// commandsWait bounds the section's commands: two uploads and six downloads of 3 MB.
+	// commandsWait bounds a section's commands: at most two uploads and six downloads of 3 MB.
 	commandsWait = 4 * time.Minute
+	// hubInlineMax is the origin's default hub.inline_max (docs/hub.md): larger files are Xet
+	// files, downloaded from the edge.
+	hubInlineMax = 1 << 20
 )
 
 // wantExports are the variables run.sh prints and the README's commands use.
 var wantExports = []string{"XETCDN_ORIGIN", "XETCDN_EDGE", "XETCDN_EDGE_TLS", "XETCDN_CA", "XETCDN_REPO", "XETCDN_TOKEN"}
 
 // block is a fenced code block of the README section with the marker comment before it:
-// <!-- readme-test: KIND [ARG] -->.
+// <!-- readme-test: KIND [ARG] -->. KIND is exports, install (versions checked), file (written
+// as ARG), run (run in order, in one bash) or optional (not run: it needs the Python package ARG,
+// which the test venv does not have).
 type block struct {
 	kind, arg, body string
 }
 
 // sectionBlocks returns the marked code blocks of the README section, in order.
-func sectionBlocks(t *testing.T, readme string) []block {
+func sectionBlocks(t *testing.T, readme, section string) []block {
 	t.Helper()
 	_, rest, ok := strings.Cut(readme, "\n"+section+"\n")
 	if !ok {
@@ -88,37 +96,43 @@ func TestReadmeTop(t *testing.T) {
 	}
 }
 
-// TestReadmeStockClients starts scripts/run.sh on the real binaries, checks the exports it
-// prints (every variable the README names, a working token command, a certificate that the edge's
-// TLS listener presents), then writes the README's files and runs its commands with those
-// exports: hf_xet and huggingface.js, uploads to the origin, downloads through the edge over
-// plain HTTP and over TLS, every byte compared.
-func TestReadmeStockClients(t *testing.T) {
+// TestReadme starts scripts/run.sh once on the real binaries, checks the exports it prints
+// (every variable the README names, a working token command, a certificate that the edge's TLS
+// listener presents), then runs each client section of the README against it with those
+// exports pasted.
+func TestReadme(t *testing.T) {
 	python := testenv.Require(t, testenv.Python)
 	nodeDir := testenv.Require(t, testenv.NodeModules)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found: %v", err)
-	}
 	raw, err := os.ReadFile(readmePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := sectionBlocks(t, string(raw))
+	readme := string(raw)
+	run := startRun(t)
+	env := checkExports(t, run.exports)
+	t.Run("stock_clients", func(t *testing.T) { testStockClients(t, readme, run, env, python, nodeDir) })
+	t.Run("huggingface_hub", func(t *testing.T) { testHub(t, readme, run, env, python) })
+}
+
+// testStockClients writes the README's files and runs its commands: hf_xet and huggingface.js,
+// uploads to the origin, downloads through the edge over plain HTTP and over TLS, every byte
+// compared.
+func testStockClients(t *testing.T, readme string, run started, env []string, python, nodeDir string) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found: %v", err)
+	}
+	blocks := sectionBlocks(t, readme, stockSection)
 	for _, kind := range []string{"exports", "install", "file", "run"} {
 		if len(byKind(blocks, kind)) == 0 {
 			t.Fatalf("README section has no %q block", kind)
 		}
 	}
 	checkInstallVersions(t, byKind(blocks, "install"), python, nodeDir)
-
-	exports := startRun(t)
 	readmeExports := exportNames(byKind(blocks, "exports")[0].body)
 	if !slices.Equal(readmeExports, wantExports) {
 		t.Errorf("README exports %q, want %q", readmeExports, wantExports)
 	}
-	env := checkExports(t, exports)
-
 	// The working directory a user would have: the README's files, the clients' modules, the
 	// upload driver where the README says it is, and a file to send.
 	work := t.TempDir()
@@ -152,21 +166,126 @@ func TestReadmeStockClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	runBlocks(t, work, run.exports, byKind(blocks, "run"), append(env,
+		"PATH="+filepath.Dir(python)+string(os.PathListSeparator)+filepath.Dir(node)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HOME="+t.TempDir(),
+		"HF_XET_CACHE="+t.TempDir()))
+	for _, f := range []string{"model.safetensors.out", "js.out", "tls.out"} {
+		got, err := os.ReadFile(filepath.Join(work, f))
+		if err != nil || string(got) != string(model) {
+			t.Errorf("%s: not the uploaded bytes (%v)", f, err)
+		}
+	}
+}
+
+// testHub runs the huggingface_hub section from the repository root a user would have (bin/ and
+// .cache/run are run.sh's): a user and a token made by the admin commands, hf auth whoami, hf
+// upload of a folder the section creates, hf download of it, snapshot_download. It checks the
+// downloaded folder and the snapshot hold the uploaded bytes, the snapshot is the repository's
+// head commit, and the Xet file came from the edge over plain HTTP (no certificate configured).
+// The optional block (from_pretrained, which needs transformers) is not run.
+func testHub(t *testing.T, readme string, run started, env []string, python string) {
+	blocks := sectionBlocks(t, readme, hubSection)
+	for _, kind := range []string{"install", "run", "optional"} {
+		if len(byKind(blocks, kind)) == 0 {
+			t.Fatalf("README section has no %q block", kind)
+		}
+	}
+	checkPipVersions(t, byKind(blocks, "install")[0].body, python)
+	for _, b := range byKind(blocks, "optional") {
+		if b.arg == "" {
+			t.Errorf("an optional block names no package:\n%s", b.body)
+		}
+		t.Logf("not run (optional, needs %s):\n%s", b.arg, b.body)
+	}
+	var text strings.Builder
+	for _, b := range byKind(blocks, "run") {
+		text.WriteString(b.body)
+	}
+	up := regexp.MustCompile(`(?m)^hf upload (\S+) (\S+) \.`).FindStringSubmatch(text.String())
+	down := regexp.MustCompile(`(?m)^hf download (\S+) --local-dir (\S+)`).FindStringSubmatch(text.String())
+	if up == nil || down == nil || down[1] != up[1] {
+		t.Fatalf("the section has no `hf upload REPO FOLDER .` and `hf download REPO --local-dir DIR` of one REPO:\n%s", text.String())
+	}
+	repo, folder, copyDir := up[1], up[2], down[2]
+
+	// The repository root: the binaries and the data directory run.sh uses, where the README's
+	// relative paths (bin/xet-origin, .cache/run/origin) find them.
+	work := t.TempDir()
+	if err := os.Mkdir(filepath.Join(work, ".cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"bin": run.bin, ".cache/run": run.data} {
+		if err := os.Symlink(target, filepath.Join(work, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hubEnv []string
+	for _, kv := range env { // nothing of the caller's Hub or TLS set-up
+		if !strings.HasPrefix(kv, "HF_") && !strings.HasPrefix(kv, "SSL_CERT_") &&
+			!strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CACHE_HOME=") {
+			hubEnv = append(hubEnv, kv)
+		}
+	}
+	home := t.TempDir()
+	edgeBefore := dirBytes(t, filepath.Join(run.data, "edge", "xorbs"))
+	out := runBlocks(t, work, run.exports, byKind(blocks, "run"), append(hubEnv,
+		"PATH="+filepath.Dir(python)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HOME="+home,
+		// The harness's, not the README's: no calls to the public Hub or the package index.
+		"HF_HUB_DISABLE_UPDATE_CHECK=1", "HF_HUB_DISABLE_TELEMETRY=1", "HF_HUB_DISABLE_PROGRESS_BARS=1"))
+
+	uploaded := folderFiles(t, filepath.Join(work, folder))
+	var xetBytes int64
+	for _, b := range uploaded {
+		if len(b) > hubInlineMax {
+			xetBytes += int64(len(b))
+		}
+	}
+	if len(uploaded) < 2 || xetBytes == 0 {
+		t.Errorf("%s holds %d files, %d bytes of them in files above %d: want a few files and a Xet file", folder, len(uploaded), xetBytes, hubInlineMax)
+	}
+	sameFiles(t, "hf download --local-dir "+copyDir, folderFiles(t, filepath.Join(work, copyDir)), uploaded)
+
+	// snapshot_download's folder: the one snapshot of the repository in the cache, named by the
+	// head commit the origin reports, printed by the README's command.
+	ns, name, _ := strings.Cut(repo, "/")
+	snaps, err := filepath.Glob(filepath.Join(home, ".cache", "huggingface", "hub", "models--"+ns+"--"+name, "snapshots", "*"))
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots of %s in the cache: %q (%v), want one", repo, snaps, err)
+	}
+	if !strings.Contains(string(out), snaps[0]+"\n") {
+		t.Errorf("the README's commands did not print the snapshot folder %s:\n%s", snaps[0], out)
+	}
+	var info struct{ Sha string }
+	getJSON(t, run.origin+"/api/models/"+repo, &info)
+	if info.Sha == "" || filepath.Base(snaps[0]) != info.Sha {
+		t.Errorf("snapshot %s, want the head commit %q of %s", snaps[0], info.Sha, repo)
+	}
+	sameFiles(t, "snapshot_download", folderFiles(t, snaps[0]), uploaded)
+
+	// The Xet file came through the edge: its cache grew by at least the file's bytes (the
+	// README's file is random, so it does not compress), without SSL_CERT_FILE: plain HTTP.
+	if grown := dirBytes(t, filepath.Join(run.data, "edge", "xorbs")) - edgeBefore; grown < xetBytes {
+		t.Errorf("the edge's cache grew by %d bytes, want at least the %d of the Xet files", grown, xetBytes)
+	}
+}
+
+// runBlocks runs the blocks' commands in one bash in dir, after the exports, with env, bounded
+// by commandsWait, and returns their output; a failing command fails the test.
+func runBlocks(t *testing.T, dir, exports string, blocks []block, env []string) []byte {
+	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n" + exports + "\n")
-	for _, b := range byKind(blocks, "run") {
+	for _, b := range blocks {
 		script.WriteString(b.body)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), commandsWait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = work
-	cmd.Env = append(env,
-		"PATH="+filepath.Dir(python)+string(os.PathListSeparator)+filepath.Dir(node)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"HOME="+t.TempDir(),
-		"HF_XET_CACHE="+t.TempDir(),
-		// A failure shows in seconds rather than after hf_xet's default retries (minutes).
-		"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS=2", "HF_XET_CLIENT_RETRY_BASE_DELAY=200ms")
+	cmd.Dir = dir
+	// A failure shows in seconds rather than after hf_xet's default retries (minutes).
+	cmd.Env = append(env, "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS=2", "HF_XET_CLIENT_RETRY_BASE_DELAY=200ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	start := time.Now()
@@ -175,10 +294,103 @@ func TestReadmeStockClients(t *testing.T) {
 		t.Fatalf("the README's commands failed after %v: %v\n%s", time.Since(start).Round(time.Millisecond), err, out)
 	}
 	t.Logf("the README's commands took %v", time.Since(start).Round(time.Millisecond))
-	for _, f := range []string{"model.safetensors.out", "js.out", "tls.out"} {
-		got, err := os.ReadFile(filepath.Join(work, f))
-		if err != nil || string(got) != string(model) {
-			t.Errorf("%s: not the uploaded bytes (%v)", f, err)
+	return out
+}
+
+// folderFiles reads every file under dir (following symlinks, as the snapshot's point into the
+// cache's blobs), by slash path, skipping the top-level .cache (hf download's bookkeeping).
+func folderFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			if rel == ".cache" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		files[filepath.ToSlash(rel)] = b
+		return err
+	})
+	if err != nil {
+		t.Fatalf("reading %s: %v", dir, err)
+	}
+	return files
+}
+
+// sameFiles fails unless got holds exactly want's paths with want's bytes.
+func sameFiles(t *testing.T, what string, got, want map[string][]byte) {
+	t.Helper()
+	for p, b := range want {
+		if g, ok := got[p]; !ok {
+			t.Errorf("%s: %s is missing", what, p)
+		} else if string(g) != string(b) {
+			t.Errorf("%s: %s differs (%d bytes, want %d)", what, p, len(g), len(b))
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("%s: %s was not uploaded", what, p)
+		}
+	}
+}
+
+// dirBytes is the size of the regular files under dir (0 if it does not exist yet).
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// getJSON decodes the answer of an anonymous GET url (bounded to 10 s) into v; anything but a
+// 200 with JSON fails the test.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: status %d (%v)", url, resp.StatusCode, err)
+	}
+}
+
+// checkPipVersions: the pinned pip packages of an install block are the versions python has.
+func checkPipVersions(t *testing.T, text, python string) {
+	t.Helper()
+	pins := regexp.MustCompile(`([A-Za-z0-9_.-]+)==(\S+)`).FindAllStringSubmatch(text, -1)
+	if len(pins) == 0 {
+		t.Fatalf("README install block pins no version:\n%s", text)
+	}
+	for _, m := range pins {
+		have := testenv.Run(t, python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", m[1])
+		if have != m[2] {
+			t.Errorf("README installs %s %s, the tests run %s", m[1], m[2], have)
 		}
 	}
 }
@@ -212,20 +424,27 @@ func checkInstallVersions(t *testing.T, install []block, python, nodeDir string)
 	}
 }
 
-// startRun builds the origin and the edge, starts scripts/run.sh on free ports and returns the
-// export lines it prints on stdout once both answer. The script and its servers stop when the
-// test ends.
-func startRun(t *testing.T) string {
+// started is a running scripts/run.sh.
+type started struct {
+	exports   string // the export lines it printed
+	bin, data string // XETCDN_BIN and XETCDN_RUN_DIR
+	origin    string // the origin's URL
+}
+
+// startRun builds the origin and the edge, starts scripts/run.sh on free ports and returns once
+// both answer and it has printed its export lines on stdout. The script and its servers stop
+// when the test ends.
+func startRun(t *testing.T) started {
 	t.Helper()
-	bin := t.TempDir()
+	bin, data, origin := t.TempDir(), t.TempDir(), testenv.FreeAddr(t)
 	for _, name := range []string{"xet-origin", "xet-edge"} {
 		if err := os.Symlink(testenv.Build(t, "github.com/xetcdn/xetcdn/cmd/"+name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cmd := exec.Command("bash", "../../scripts/run.sh")
-	cmd.Env = append(os.Environ(), "XETCDN_BIN="+bin, "XETCDN_RUN_DIR="+t.TempDir(),
-		"ORIGIN_LISTEN="+testenv.FreeAddr(t), "ORIGIN_ADMIN_LISTEN="+testenv.FreeAddr(t),
+	cmd.Env = append(os.Environ(), "XETCDN_BIN="+bin, "XETCDN_RUN_DIR="+data,
+		"ORIGIN_LISTEN="+origin, "ORIGIN_ADMIN_LISTEN="+testenv.FreeAddr(t),
 		"EDGE_LISTEN="+testenv.FreeAddr(t), "EDGE_HTTP_LISTEN="+testenv.FreeAddr(t))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -273,7 +492,7 @@ func startRun(t *testing.T) string {
 			t.Fatalf("run.sh printed %q in %v, want %d export lines\n%s", got, exportsWait, len(wantExports), stderr.String())
 		}
 	}
-	return strings.Join(got, "\n")
+	return started{exports: strings.Join(got, "\n"), bin: bin, data: data, origin: "http://" + origin}
 }
 
 // exportNames lists the variables of the `export NAME=…` lines of text, in order.
