@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
 
@@ -167,7 +168,9 @@ func TestGCReclaimsDeletedRepository(t *testing.T) {
 		// Condemned: not offered by the dedup route (the shared xorb still is).
 		rt := o.token(t, f.b, "read")
 		ua2 := f.fa2.xorbs[0]
-		// fa's first chunk is a dedup entry naming fa's shard, whose xorbs are shared and ua1.
+		// fa's first chunk (the shared xorb's) is a dedup entry that fb's shard, registered last,
+		// took over: it offers fb's xorbs (shared, ub) and inherits what fa's offered (shared,
+		// ua1) — all but the condemned ua1.
 		st, ans := call(t, "GET", o.base()+"/v1/chunks/default/"+f.fa.xorbs[0].layout.ChunkHashes[0].String(), rt, nil)
 		if st != http.StatusOK {
 			t.Fatalf("dedup of the shared xorb's chunk: %d", st)
@@ -176,8 +179,12 @@ func TestGCReclaimsDeletedRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sh.Xorbs) != 1 || sh.Xorbs[0].Hash != f.fa.xorbs[0].hash {
-			t.Errorf("dedup answer offers %d xorbs; want only the shared one, not condemned ua1", len(sh.Xorbs))
+		offered := map[hash.Hash]bool{}
+		for _, x := range sh.Xorbs {
+			offered[x.Hash] = true
+		}
+		if ua1 := f.fa.xorbs[1].hash; offered[ua1] || !offered[f.fa.xorbs[0].hash] || !offered[f.fb.xorbs[1].hash] || len(offered) != 2 {
+			t.Errorf("dedup answer offers %v; want the shared xorb and fb's own, never the condemned ua1 %s", offered, ua1)
 		}
 		// fa2's first chunk names fa2's shard, whose only xorb ua2 is condemned: nothing to offer.
 		if st, _ := call(t, "GET", o.base()+"/v1/chunks/default/"+ua2.layout.ChunkHashes[0].String(), rt, nil); st != http.StatusNotFound {
