@@ -102,18 +102,18 @@ const (
 
 // Report is what one collection found and did.
 type Report struct {
-	DryRun         bool    `json:"dry_run"`
-	Files          int64   `json:"files"`           // file records scanned
-	DeadFiles      int64   `json:"dead_files"`      // of which visible in no scope
-	Xorbs          int64   `json:"xorbs"`           // indexed xorbs scanned
-	LiveXorbs      int64   `json:"live_xorbs"`      // referenced by a visible file
-	Condemned      int64   `json:"condemned"`       // newly condemned (dry run: would be)
-	Revived        int64   `json:"revived"`         // condemned earlier, referenced again
-	Sweepable      int64   `json:"sweepable"`       // condemned for longer than the grace period
-	Swept          int64   `json:"swept"`           // removed from the index by this run
-	SweptBytes     uint64  `json:"swept_bytes"`     // their stored size (dry run: of the sweepable)
-	ObjectsDeleted int64   `json:"objects_deleted"` // objects deleted: swept xorbs' (this run's and earlier runs' leftovers) and orphans
-	BytesReclaimed uint64  `json:"bytes_reclaimed"` // their size, measured before deletion
+	DryRun         bool   `json:"dry_run"`
+	Files          int64  `json:"files"`           // file records scanned
+	DeadFiles      int64  `json:"dead_files"`      // of which visible in no scope
+	Xorbs          int64  `json:"xorbs"`           // indexed xorbs scanned
+	LiveXorbs      int64  `json:"live_xorbs"`      // referenced by a visible file
+	Condemned      int64  `json:"condemned"`       // newly condemned (dry run: would be)
+	Revived        int64  `json:"revived"`         // condemned earlier, referenced again
+	Sweepable      int64  `json:"sweepable"`       // condemned for longer than the grace period
+	Swept          int64  `json:"swept"`           // removed from the index by this run
+	SweptBytes     uint64 `json:"swept_bytes"`     // their stored size (dry run: of the sweepable)
+	ObjectsDeleted int64  `json:"objects_deleted"` // objects deleted: swept xorbs' (this run's and earlier runs' leftovers) and orphans
+	BytesReclaimed uint64 `json:"bytes_reclaimed"` // their size, measured before deletion
 	// Orphans are objects under the xorb and shard keys with no index row, written before the
 	// grace period (orphans.go); deleted unless dry run, and then also in ObjectsDeleted and
 	// BytesReclaimed.
@@ -121,8 +121,8 @@ type Report struct {
 	OrphanBytes uint64 `json:"orphan_bytes"`
 	// OrphansRestored: orphans put back because an upload indexed them while they were being
 	// deleted (not counted as deleted).
-	OrphansRestored int64 `json:"orphans_restored"`
-	Seconds        float64 `json:"seconds"`
+	OrphansRestored int64   `json:"orphans_restored"`
+	Seconds         float64 `json:"seconds"`
 }
 
 // GC runs one garbage collection (docs/decisions.md, "Data lifecycle"):
