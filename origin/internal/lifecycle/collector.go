@@ -42,6 +42,7 @@ type Metrics struct {
 	reclaimed   prometheus.Counter
 	deleted     prometheus.Counter
 	swept       prometheus.Counter
+	orphans     prometheus.Counter
 	condemned   prometheus.Gauge
 	usage       map[string]prometheus.Gauge
 }
@@ -58,9 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lastSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_last_run_seconds",
 			Help: "How long the last garbage collection run took."}),
 		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_reclaimed_bytes_total",
-			Help: "Bytes of xorb objects garbage collection deleted."}),
+			Help: "Bytes of objects garbage collection deleted (swept xorbs and orphans)."}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_deleted_objects_total",
-			Help: "Xorb objects garbage collection deleted."}),
+			Help: "Objects garbage collection deleted (swept xorbs and orphans)."}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_orphan_objects_total",
+			Help: "Objects without an index row (left by failed uploads) garbage collection deleted; also in xet_origin_gc_deleted_objects_total."}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_swept_xorbs_total",
 			Help: "Xorbs garbage collection removed from the index."}),
 		condemned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_condemned_xorbs",
@@ -77,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.usage[u.name] = prometheus.NewGauge(prometheus.GaugeOpts{Name: u.name, Help: u.help + " Refreshed by the background collector."})
 	}
 	if reg != nil {
-		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.condemned)
+		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.orphans, m.condemned)
 		for _, g := range m.usage {
 			reg.MustRegister(g)
 		}
@@ -136,6 +139,7 @@ func collectOnce(ctx context.Context, ix GCIndex, objs GCObjects, m *Metrics, o 
 	m.reclaimed.Add(float64(rep.BytesReclaimed))
 	m.deleted.Add(float64(rep.ObjectsDeleted))
 	m.swept.Add(float64(rep.Swept))
+	m.orphans.Add(float64(rep.Orphans))
 	switch {
 	case errors.Is(err, index.ErrCollectorBusy):
 		m.runs.WithLabelValues("busy").Inc()

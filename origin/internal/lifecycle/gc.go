@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -24,6 +25,9 @@ type GCIndex interface {
 	ObjectsDeleted(ctx context.Context, xs []hash.Hash) error
 	LockCollector(ctx context.Context) (func(), error)
 	Ping(ctx context.Context) error
+	// The orphan pass's re-checks (orphans.go).
+	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
+	ShardBody(ctx context.Context, h hash.Hash) ([]byte, error)
 }
 
 // GCObjects is the part of the object store garbage collection uses.
@@ -31,6 +35,10 @@ type GCObjects interface {
 	Stat(ctx context.Context, key string) (int64, error)
 	Delete(ctx context.Context, key string) error
 	Ping(ctx context.Context) error
+	// The orphan pass (orphans.go) lists the store and keeps a copy of what it deletes.
+	List(ctx context.Context, prefix string, fn func(objstore.ObjectInfo) error) error
+	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
 }
 
 // Errors of GC and CheckGrace.
@@ -89,23 +97,32 @@ const (
 	StepMarked      = "marked"       // condemnations and revivals written
 	StepIndexSwept  = "index-swept"  // index rows removed, objects not yet deleted
 	StepObjectBatch = "object-batch" // one batch of objects deleted, more may follow
+	StepOrphan      = "orphan"       // one orphan object deleted, more may follow
 )
 
 // Report is what one collection found and did.
 type Report struct {
-	DryRun         bool    `json:"dry_run"`
-	Files          int64   `json:"files"`           // file records scanned
-	DeadFiles      int64   `json:"dead_files"`      // of which visible in no scope
-	Xorbs          int64   `json:"xorbs"`           // indexed xorbs scanned
-	LiveXorbs      int64   `json:"live_xorbs"`      // referenced by a visible file
-	Condemned      int64   `json:"condemned"`       // newly condemned (dry run: would be)
-	Revived        int64   `json:"revived"`         // condemned earlier, referenced again
-	Sweepable      int64   `json:"sweepable"`       // condemned for longer than the grace period
-	Swept          int64   `json:"swept"`           // removed from the index by this run
-	SweptBytes     uint64  `json:"swept_bytes"`     // their stored size (dry run: of the sweepable)
-	ObjectsDeleted int64   `json:"objects_deleted"` // xorb objects deleted (this run's and earlier runs' leftovers)
-	BytesReclaimed uint64  `json:"bytes_reclaimed"` // their size, measured before deletion
-	Seconds        float64 `json:"seconds"`
+	DryRun         bool   `json:"dry_run"`
+	Files          int64  `json:"files"`           // file records scanned
+	DeadFiles      int64  `json:"dead_files"`      // of which visible in no scope
+	Xorbs          int64  `json:"xorbs"`           // indexed xorbs scanned
+	LiveXorbs      int64  `json:"live_xorbs"`      // referenced by a visible file
+	Condemned      int64  `json:"condemned"`       // newly condemned (dry run: would be)
+	Revived        int64  `json:"revived"`         // condemned earlier, referenced again
+	Sweepable      int64  `json:"sweepable"`       // condemned for longer than the grace period
+	Swept          int64  `json:"swept"`           // removed from the index by this run
+	SweptBytes     uint64 `json:"swept_bytes"`     // their stored size (dry run: of the sweepable)
+	ObjectsDeleted int64  `json:"objects_deleted"` // objects deleted: swept xorbs' (this run's and earlier runs' leftovers) and orphans
+	BytesReclaimed uint64 `json:"bytes_reclaimed"` // their size, measured before deletion
+	// Orphans are objects under the xorb and shard keys with no index row, written before the
+	// grace period (orphans.go); deleted unless dry run, and then also in ObjectsDeleted and
+	// BytesReclaimed.
+	Orphans     int64  `json:"orphans"`
+	OrphanBytes uint64 `json:"orphan_bytes"`
+	// OrphansRestored: orphans put back because an upload indexed them while they were being
+	// deleted (not counted as deleted).
+	OrphansRestored int64   `json:"orphans_restored"`
+	Seconds         float64 `json:"seconds"`
 }
 
 // GC runs one garbage collection (docs/decisions.md, "Data lifecycle"):
@@ -117,7 +134,8 @@ type Report struct {
 //     pick those condemned since before now - Grace as sweep candidates;
 //  3. sweep the index: remove the candidates' rows (with the dead records referencing them)
 //     in batches, each serialised with registrations, re-checking under that serialisation;
-//  4. delete the swept xorbs' objects, then record them deleted.
+//  4. delete the swept xorbs' objects, then record them deleted;
+//  5. delete the orphans: objects with no index row, written before now - Grace (orphans.go).
 //
 // Each step is idempotent and the state between steps is in the index, so a run killed at any
 // point is finished by the next. The index first, then the objects: an object is deleted only
@@ -232,6 +250,9 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 		for _, c := range cands {
 			rep.SweptBytes += sizes[c.Xorb]
 		}
+		if err := collectOrphans(ctx, ix, objs, live, cutoff, o, rep, fail); err != nil {
+			return rep, err
+		}
 		return rep, nil
 	}
 	for _, part := range chunks(revive, index.MaxScanPage) {
@@ -264,9 +285,12 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 	if err := deletePending(ctx, ix, objs, rep, fail); err != nil {
 		return rep, err
 	}
+	if err := collectOrphans(ctx, ix, objs, live, cutoff, o, rep, fail); err != nil {
+		return rep, err
+	}
 	o.Log.InfoContext(ctx, "garbage collection done", "condemned", rep.Condemned, "revived", rep.Revived,
-		"swept", rep.Swept, "objects_deleted", rep.ObjectsDeleted, "bytes_reclaimed", rep.BytesReclaimed,
-		"seconds", time.Since(start).Seconds())
+		"swept", rep.Swept, "orphans", rep.Orphans, "objects_deleted", rep.ObjectsDeleted,
+		"bytes_reclaimed", rep.BytesReclaimed, "seconds", time.Since(start).Seconds())
 	return rep, nil
 }
 

@@ -182,6 +182,10 @@ func (stallStore) Stat(ctx context.Context, _ string) (int64, error) {
 }
 func (stallStore) Delete(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 func (stallStore) Ping(ctx context.Context) error             { <-ctx.Done(); return ctx.Err() }
+func (stallStore) List(ctx context.Context, _ string, _ func(objstore.ObjectInfo) error) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
 
 // TestTimeoutsCalls: the calls without a body are bounded too.
 func TestTimeoutsCalls(t *testing.T) {
@@ -192,6 +196,9 @@ func TestTimeoutsCalls(t *testing.T) {
 		"Stat":   func() error { _, err := b.Stat(ctx, "k"); return err },
 		"Delete": func() error { return b.Delete(ctx, "k") },
 		"Ping":   func() error { return b.Ping(ctx) },
+		"List": func() error {
+			return b.List(ctx, "", func(objstore.ObjectInfo) error { return nil })
+		},
 	} {
 		start := time.Now()
 		if err := call(); !errors.Is(err, objstore.ErrUnavailable) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -252,6 +253,60 @@ func (l *Local) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// List implements ObjectStore. It walks the prefix's directory tree in lexical order; entries
+// that are not objects (temporary ".put-*" files, files outside a fan-out directory or in the
+// wrong one) are skipped. A directory that vanishes during the walk is skipped too.
+func (l *Local) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	if err := CheckPrefix(prefix); err != nil {
+		return err
+	}
+	start := filepath.Join(l.root, filepath.FromSlash(prefix))
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return l.ioErr("list", prefix, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("list %s: %w", prefix, err)
+		}
+		if d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		fan := filepath.Dir(p)
+		rel, rerr := filepath.Rel(l.root, filepath.Join(filepath.Dir(fan), d.Name()))
+		if rerr != nil || !strings.HasPrefix(filepath.Base(fan), "_") {
+			return nil
+		}
+		key := filepath.ToSlash(rel)
+		if CheckKey(key) != nil || l.path(key) != p {
+			return nil
+		}
+		fi, ierr := d.Info()
+		if errors.Is(ierr, fs.ErrNotExist) {
+			return nil // deleted since the directory was read
+		}
+		if ierr != nil {
+			return l.ioErr("list", key, ierr)
+		}
+		if err := fn(ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			return &fnError{err}
+		}
+		return nil
+	})
+	var fe *fnError
+	if errors.As(err, &fe) {
+		return fe.err
+	}
+	return err
+}
+
+// fnError carries an error of List's callback through WalkDir unchanged.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return "" }
 
 func (l *Local) open(ctx context.Context, op, key string) (*os.File, int64, error) {
 	if err := CheckKey(key); err != nil {

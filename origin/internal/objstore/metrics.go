@@ -136,3 +136,10 @@ func (m *Metrics) Ping(ctx context.Context) error {
 	m.observe("Ping", start, err, 0)
 	return err
 }
+
+func (m *Metrics) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	start := time.Now()
+	err := m.next.List(ctx, prefix, fn)
+	m.observe("List", start, err, 0)
+	return err
+}

@@ -19,6 +19,8 @@
 //     down, disk full, bad credentials) is ErrUnavailable, which callers answer with 503 and
 //     Retry-After. A cancelled context surfaces as the context's error.
 //   - Delete of a missing key succeeds.
+//   - List visits every object under a prefix, with its size and modification time, without
+//     holding the whole listing in memory (garbage collection's orphan pass).
 //
 // All implementations are safe for concurrent use.
 package objstore
@@ -28,6 +30,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -65,6 +69,32 @@ type ObjectStore interface {
 	Delete(ctx context.Context, key string) error
 	// Ping reports whether the store can serve reads and writes now (for readiness checks).
 	Ping(ctx context.Context) error
+	// List calls fn for each object whose key starts with prefix (CheckPrefix), streaming the
+	// listing page by page. The order is unspecified; an object created or deleted while the
+	// listing runs may or may not be seen. fn may call the store (even Delete the object it was
+	// given). An error from fn stops the listing and is returned as it is.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+}
+
+// ObjectInfo is one object as List reports it.
+type ObjectInfo struct {
+	Key     string
+	Size    int64
+	ModTime time.Time // when the object was last written (Put, Create)
+}
+
+// CheckPrefix reports whether prefix is a List prefix, returning an error wrapping ErrKey if not:
+// empty (every object), or well-formed key segments (CheckKey) followed by a slash, such as
+// "xorbs/default/".
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	dir, ok := strings.CutSuffix(prefix, "/")
+	if !ok {
+		return fmt.Errorf("%w: prefix %q does not end with a slash", ErrKey, prefix)
+	}
+	return CheckKey(dir)
 }
 
 // XorbKey is the key of the stored xorb h: "xorbs/default/<hash>".

@@ -266,6 +266,29 @@ func (s *S3) Ping(ctx context.Context) error {
 	return nil
 }
 
+// List implements ObjectStore with ListObjectsV2 (pages of up to 1000 keys, fetched as the
+// callback consumes them). Keys that are not well formed (not written by this package) are
+// skipped.
+func (s *S3) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	if err := CheckPrefix(prefix); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops minio-go's listing goroutine when fn ends the listing early
+	for o := range s.core.Client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			return s3Err("list", prefix, o.Err)
+		}
+		if CheckKey(o.Key) != nil {
+			continue
+		}
+		if err := fn(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // s3Err translates a minio-go error: NoSuchKey → ErrNotFound, InvalidRange → ErrRange; the
 // service or the network failing, throttling or refusing our credentials → ErrUnavailable; a
 // cancelled or expired ctx is returned as such.

@@ -182,3 +182,22 @@ func (t *Timeouts) Delete(ctx context.Context, key string) error {
 func (t *Timeouts) Ping(ctx context.Context) error {
 	return t.call(ctx, func(ctx context.Context) error { return t.next.Ping(ctx) })
 }
+
+// List bounds the wait for each listed object (a page request) by the timeout; the time spent
+// in fn does not count.
+func (t *Timeouts) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	w := newWatchdog(ctx, t.d)
+	defer w.cancel()
+	var fnErr error
+	err := t.next.List(w.ctx, prefix, func(o ObjectInfo) error {
+		w.disarm()
+		fnErr = fn(o)
+		w.arm()
+		return fnErr
+	})
+	w.disarm()
+	if fnErr != nil {
+		return fnErr // the caller's own answer, whatever the watchdog did meanwhile
+	}
+	return w.err(err)
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -287,6 +288,9 @@ func (failingStore) GetRange(context.Context, string, int64, int64) (io.ReadClos
 func (failingStore) Stat(context.Context, string) (int64, error) { return 0, errStoreDown }
 func (failingStore) Delete(context.Context, string) error        { return errStoreDown }
 func (failingStore) Ping(context.Context) error                  { return errStoreDown }
+func (failingStore) List(context.Context, string, func(objstore.ObjectInfo) error) error {
+	return errStoreDown
+}
 
 func TestObjectStoreDown(t *testing.T) {
 	idx, _ := sqliteLocal().open(t)

@@ -11,9 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 )
@@ -46,6 +49,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"BadKeys", testBadKeys},
 		{"Ping", testPing},
 		{"Large", testLarge},
+		{"List", testList},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -596,3 +600,72 @@ func Bench(b *testing.B, newStore Factory) {
 
 // writerOnly hides io.Discard's ReadFrom, so the benchmark reads like a network writer would.
 type writerOnly struct{ io.Writer }
+
+// list returns what s.List(prefix) reports, by key, failing on a key reported twice.
+func list(t *testing.T, s objstore.ObjectStore, prefix string) map[string]objstore.ObjectInfo {
+	t.Helper()
+	got := make(map[string]objstore.ObjectInfo)
+	err := s.List(context.Background(), prefix, func(o objstore.ObjectInfo) error {
+		if _, dup := got[o.Key]; dup {
+			t.Errorf("List(%q) reported %s twice", prefix, o.Key)
+		}
+		got[o.Key] = o
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("List(%q): %v", prefix, err)
+	}
+	return got
+}
+
+func testList(t *testing.T, s objstore.ObjectStore) {
+	ctx := context.Background()
+	before := time.Now()
+	sizes := map[string]int{"a/b/x1": 10, "a/b/x2": 0, "a/c/y3": 300, "z/w4": 7}
+	for k, n := range sizes {
+		put(t, s, k, Data(uint64(n), n))
+	}
+	after := time.Now()
+	for prefix, want := range map[string][]string{
+		"":      {"a/b/x1", "a/b/x2", "a/c/y3", "z/w4"},
+		"a/":    {"a/b/x1", "a/b/x2", "a/c/y3"},
+		"a/b/":  {"a/b/x1", "a/b/x2"},
+		"nope/": nil,
+	} {
+		got := list(t, s, prefix)
+		if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
+			t.Errorf("List(%q) = %v, want %v", prefix, keys, want)
+		}
+		for k, o := range got {
+			if o.Size != int64(sizes[k]) {
+				t.Errorf("List(%q): %s has size %d, want %d", prefix, k, o.Size, sizes[k])
+			}
+			// S3 reports whole seconds; allow for that and for a store on another clock.
+			if o.ModTime.Before(before.Add(-5*time.Second)) || o.ModTime.After(after.Add(5*time.Second)) {
+				t.Errorf("List(%q): %s modified %v, written between %v and %v", prefix, k, o.ModTime, before, after)
+			}
+		}
+	}
+	for _, bad := range []string{"a", "/a/", "a//", "../", "a/.x/"} {
+		err := s.List(ctx, bad, func(objstore.ObjectInfo) error { return nil })
+		if !errors.Is(err, objstore.ErrKey) {
+			t.Errorf("List(%q) = %v, want ErrKey", bad, err)
+		}
+	}
+	// An error of fn stops the listing and comes back as it is.
+	stop := errors.New("stop")
+	calls := 0
+	err := s.List(ctx, "a/", func(objstore.ObjectInfo) error { calls++; return stop })
+	if err != stop || calls != 1 {
+		t.Errorf("List stopped by fn: err %v after %d calls, want %v after 1", err, calls, stop)
+	}
+	// fn may delete what it is given.
+	err = s.List(ctx, "a/b/", func(o objstore.ObjectInfo) error { return s.Delete(ctx, o.Key) })
+	if err != nil {
+		t.Fatalf("List deleting: %v", err)
+	}
+	if got := list(t, s, "a/"); len(got) != 1 {
+		t.Errorf("after deleting a/b/ in List: %d objects under a/, want 1", len(got))
+	}
+	wantMissing(t, s, "a/b/x1")
+}
