@@ -43,6 +43,26 @@ func putArgs(r Record) []any {
 
 type scanner interface{ Scan(dest ...any) error }
 
+// records reads every row of a list query (database/sql or pgx rows).
+func records(rows interface {
+	scanner
+	Next() bool
+	Err() error
+}) ([]Record, error) {
+	var out []Record
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return out, nil
+}
+
 func scan(s scanner) (Record, error) {
 	var r Record
 	var first, seen int64
@@ -99,18 +119,7 @@ func (s *SQLite) List(ctx context.Context) ([]Record, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return out, nil
+	return records(rows)
 }
 
 func (s *SQLite) Close() error { return s.db.Close() }
@@ -161,18 +170,7 @@ func (p *Postgres) List(ctx context.Context) ([]Record, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return out, nil
+	return records(rows)
 }
 
 func (p *Postgres) Close() error { p.pool.Close(); return nil }

@@ -437,6 +437,7 @@ func (db *DB) uncollected(ctx context.Context, xs []hash.Hash) ([]hash.Hash, err
 	return out, nil
 }
 
+// hashesInto adds the hashes the single-column query q returns to out (read connection).
 func (db *DB) hashesInto(ctx context.Context, q string, args []any, out map[hash.Hash]bool) error {
 	rows, err := db.r.QueryContext(ctx, q, args...)
 	if err != nil {

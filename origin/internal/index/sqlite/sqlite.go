@@ -557,31 +557,11 @@ func (db *DB) Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[
 			args = append(args, keys[i][:])
 		}
 		keys = keys[n:]
-		if err := db.possessedQuery(ctx, qPossessedPre+strings.Repeat(`,?`, n-1)+`)`, args, out); err != nil {
+		if err := db.hashesInto(ctx, qPossessedPre+strings.Repeat(`,?`, n-1)+`)`, args, out); err != nil {
 			return nil, fmt.Errorf("possessed by %q: %w", scope, err)
 		}
 	}
 	return out, nil
-}
-
-func (db *DB) possessedQuery(ctx context.Context, q string, args []any, out map[hash.Hash]bool) error {
-	rows, err := db.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return translate(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k []byte
-		if err := rows.Scan(&k); err != nil {
-			return translate(err)
-		}
-		h, err := index.HashFromBytes(k)
-		if err != nil {
-			return err
-		}
-		out[h] = true
-	}
-	return translate(rows.Err())
 }
 
 // File implements index.Index.
