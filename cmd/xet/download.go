@@ -108,6 +108,23 @@ func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetcli
 		}
 		return result(n, stderr)
 	}
+	if fi, err := os.Stat(out); err == nil && !fi.Mode().IsRegular() {
+		// A device, FIFO or directory (-o /dev/null): written in order, in place. The temp file
+		// and rename below would replace the device node itself (as root, /dev/null).
+		f, err := os.OpenFile(out, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		n, err := c.Download(ctx, h, io.MultiWriter(f, sum), opts)
+		bar.finish()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		return result(n, stdout)
+	}
 	tmp := out + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {

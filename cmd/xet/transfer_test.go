@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
@@ -89,6 +91,37 @@ func TestDownloadSummary(t *testing.T) {
 		t.Fatalf("download -o -: %d, %d bytes on stdout, stderr %q", code, len(out), errOut)
 	}
 	check("-o -", errOut, "-")
+
+	// Not a regular file (a FIFO here, /dev/null in practice): written in place, in order; the
+	// node itself stays what it was (a temp file renamed over it would replace it).
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo)
+		got <- b
+	}()
+	code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "-o", fifo)
+	if code != 0 {
+		t.Fatalf("download -o FIFO: %d, stderr %q", code, errOut)
+	}
+	check("-o FIFO", out, fifo)
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, data) {
+			t.Errorf("FIFO read %d bytes, want the %d of the file", len(b), len(data))
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("nothing was written to the FIFO within 30 s")
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("after download -o FIFO the path is %v (%v), want the FIFO still", fi.Mode(), err)
+	}
+	if m, _ := filepath.Glob(fifo + ".*"); len(m) != 0 {
+		t.Errorf("download -o FIFO left %v", m)
+	}
 
 	for _, size := range []int{len(data) + 1, len(data) - 1} {
 		bad := filepath.Join(dir, "bad"+strconv.Itoa(size))
