@@ -39,8 +39,13 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 	}
 }
 
-// forward proxies r to the origin unchanged.
+// forward proxies r to the origin unchanged. The request body stays readable after the answer's
+// header is flushed (full duplex): otherwise an HTTP/1.1 server may close it as soon as the
+// proxy flushes the origin's header, while the transport is still reading its end (EOF) to
+// finish the request, and the transport then drops the origin connection mid-answer (seen as
+// "use of closed network connection" on /v2/shards streams through the edge).
 func (s *Server) forward(w http.ResponseWriter, r *http.Request) error {
+	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 and HTTP/3 are full duplex already
 	s.proxy.ServeHTTP(w, r)
 	return nil
 }
