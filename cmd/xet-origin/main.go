@@ -48,24 +48,8 @@ func main() {
 				os.Exit(2)
 			}
 			return
-		case "delete", "usage", "gc":
+		case "delete", "usage", "gc", "edges":
 			os.Exit(adminCommand(args[0], args[1:]))
-		case "edges":
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			err := origin.ListEdges(ctx, args[1:], os.Getenv, os.Stdout)
-			stop()
-			if errors.Is(err, flag.ErrHelp) {
-				return
-			}
-			if errors.Is(err, origin.ErrConfig) {
-				cmdline.PrintConfigError(os.Stderr, "xet-origin edges", err, origin.ErrConfig)
-				os.Exit(2)
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "xet-origin edges:", err)
-				os.Exit(1)
-			}
-			return
 		case "check-config":
 			os.Exit(cmdline.CheckConfig(tier, args[1:]))
 		case "users", "tokens":
@@ -96,7 +80,7 @@ func main() {
 	os.Exit(cmdline.Serve(tier, args))
 }
 
-// adminCommand runs an offline admin command (docs/origin.md, "Deleting data") and returns
+// adminCommand runs an offline admin command (delete, usage, gc, edges; docs/origin.md) and returns
 // the exit status: 0 done (or --help), 2 command line or configuration, 1 anything else.
 func adminCommand(name string, args []string) int {
 	run := origin.Delete
@@ -105,6 +89,10 @@ func adminCommand(name string, args []string) int {
 		run = origin.Usage
 	case "gc":
 		run = origin.GC
+	case "edges":
+		run = func(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+			return origin.ListEdges(ctx, args, getenv, stdout)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
@@ -13,13 +12,10 @@ import (
 // the origin).
 var ErrBadPrefix = errors.New("edge: unknown prefix")
 
-// batchPace is the pace a batch POST body must keep (the origin's default limits.pace_floor
-// over limits.pace_window), so a slow body cannot hold a permit.
-var batchPace = httpapi.PaceOptions{Floor: 4 << 10, Window: 10 * time.Second}
-
 // batchOptions configure the shared batch handler on the edge (docs/edge.md, "Batch
-// reconstructions"): Options.Batch's limits (readpath's defaults for zeros), the one xorb
-// prefix, and one bound (Options.BatchTimeout) on all the batch's lookups through the metadata
+// reconstructions"): Options.Batch's limits (readpath's defaults for zeros; a zero Pace is
+// httpapi's default pace floor, so a slow body cannot hold a permit), the one xorb prefix, and
+// one bound (Options.BatchTimeout) on all the batch's lookups through the metadata
 // cache, so that a batch of misses cannot hold its permit for a timeout per file.
 func (s *Server) batchOptions() readpath.BatchOptions {
 	o := s.o.Batch
@@ -31,9 +27,6 @@ func (s *Server) batchOptions() readpath.BatchOptions {
 	}
 	if o.Body <= 0 {
 		o.Body = readpath.DefaultBatchBody
-	}
-	if o.Pace.Floor == 0 {
-		o.Pace = batchPace
 	}
 	o.Prefix, o.ErrBadPrefix = "default", ErrBadPrefix
 	timeout := s.o.BatchTimeout

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/shared/configfile"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
@@ -176,8 +177,8 @@ func Default() Config {
 		},
 
 		Limits: Limits{
-			PaceFloor:         4 << 10,
-			PaceWindow:        Duration(10 * time.Second),
+			PaceFloor:         httpapi.DefaultPaceFloor,
+			PaceWindow:        Duration(httpapi.DefaultPaceWindow),
 			IngestMemory:      defaultMaxIngst,
 			ShardHeartbeat:    Duration(20 * time.Second),
 			ReconPermits:      8,
@@ -243,7 +244,7 @@ func defineFlags(fs *flag.FlagSet, file *string, f *Config) {
 	fs.StringVar(&f.Objects.Driver, "objects", ObjectsLocal, "object store: local | s3")
 	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
 	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
-	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", 4<<10, "minimum upload pace in bytes/s (<0 disables)")
+	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", httpapi.DefaultPaceFloor, "minimum upload pace in bytes/s (<0 disables)")
 }
 
 // PrintFlags writes the flags' descriptions and defaults to w (for --help).
