@@ -41,7 +41,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if cfg.DevNoAuth {
 		log.Warn("authentication is DISABLED (--dev-no-auth): anyone can read and write")
 	}
-	k, err := keys.Load(cfg.Auth.KeyDir, nil, true)
+	k, err := loadKeys(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -93,14 +93,36 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		srv.ConnLimits())
 }
 
+// loadKeys derives the keys from the shared secret when one is configured (replicas), and reads
+// or creates them in the key directory otherwise.
+func loadKeys(cfg *config.Config, log *slog.Logger) (*keys.Keys, error) {
+	if cfg.Auth.Secret == nil {
+		return keys.Load(cfg.Auth.KeyDir, nil, true)
+	}
+	k, err := keys.FromSecret(cfg.Auth.Secret, cfg.Auth.PreviousSecret)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("keys derived from the shared secret", "kid", k.Signing.ID, "previous_kids", len(k.Previous))
+	// A shared secret means replicas (or is meant to): say so when their state would not be
+	// shared (docs/origin.md, "Origin replicas").
+	if cfg.Index.Driver != config.IndexPostgres || cfg.Objects.Driver != config.ObjectsS3 {
+		log.Warn("a shared secret is configured but the index or the object store is local to this process: replicas need index postgres and objects s3",
+			"index", cfg.Index.Driver, "objects", cfg.Objects.Driver)
+	}
+	return k, nil
+}
+
 // MintToken implements `xet-origin token`: it writes only the token (and a newline) to stdout,
-// signed with the key the origin uses, which it creates in the data directory if the origin has
-// not started yet.
-func MintToken(args []string, stdout, stderr io.Writer) error {
+// signed with the key the origin uses: the one derived from the shared secret when --secret-file
+// or XETCDN_SECRET (getenv) gives one, otherwise the one in the data directory, created there if
+// the origin has not started yet.
+func MintToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("xet-origin token", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // printed below: usage to stdout for -h, to stderr after an error
 	dataDir := fs.String("data-dir", "", "the origin's data directory")
 	keyDir := fs.String("key-dir", "", "key directory (default DATA-DIR/keys)")
+	secretFile := fs.String("secret-file", "", "file holding the replicas' shared secret (or env "+config.EnvSecret+")")
 	scope := fs.String("scope", "", "repository the token is for, e.g. models/acme/llama")
 	access := fs.String("access", "", "read | write | edge | admin")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
@@ -109,7 +131,7 @@ func MintToken(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			w = stdout
 		}
-		fmt.Fprintln(w, "usage: xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]")
+		fmt.Fprintln(w, "usage: xet-origin token (--data-dir DIR | --secret-file FILE) --scope REPO --access read|write|edge|admin [--ttl DURATION]")
 		fs.SetOutput(w)
 		fs.PrintDefaults()
 		return err
@@ -122,7 +144,8 @@ func MintToken(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		problems = append(problems, err)
 	}
-	if *dataDir == "" && *keyDir == "" {
+	secret := getenv(config.EnvSecret) != "" || *secretFile != ""
+	if *dataDir == "" && *keyDir == "" && !secret {
 		problems = append(problems, errors.New("--data-dir is required"))
 	}
 	if *scope == "" && a.Client() {
@@ -134,13 +157,24 @@ func MintToken(args []string, stdout, stderr io.Writer) error {
 	if err := errors.Join(problems...); err != nil {
 		return err
 	}
-	dir := *keyDir
-	if dir == "" {
-		dir = filepath.Join(*dataDir, "keys")
-	}
-	k, err := keys.Load(dir, nil, true)
-	if err != nil {
-		return err
+	var k *keys.Keys
+	if secret {
+		// The same reading and checks as the server's (config.Load).
+		cur, _, err := config.Secrets(config.Auth{SecretFile: *secretFile}, getenv)
+		if err != nil {
+			return err
+		}
+		if k, err = keys.FromSecret(cur, nil); err != nil {
+			return err
+		}
+	} else {
+		dir := *keyDir
+		if dir == "" {
+			dir = filepath.Join(*dataDir, "keys")
+		}
+		if k, err = keys.Load(dir, nil, true); err != nil {
+			return err
+		}
 	}
 	tok, _, err := k.Signing.Mint(*scope, a, time.Now(), *ttl)
 	if err != nil {

@@ -40,7 +40,7 @@ func main() {
 	if len(args) > 0 {
 		switch args[0] {
 		case "token":
-			if err := origin.MintToken(args[1:], os.Stdout, os.Stderr); err != nil {
+			if err := origin.MintToken(args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 				if errors.Is(err, flag.ErrHelp) {
 					return
 				}

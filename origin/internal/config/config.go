@@ -7,12 +7,14 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,6 +30,13 @@ const (
 	EnvPostgresDSN = "XETCDN_POSTGRES_DSN"
 	EnvS3AccessKey = "XETCDN_S3_ACCESS_KEY"
 	EnvS3SecretKey = "XETCDN_S3_SECRET_KEY"
+	// EnvSecret and EnvPreviousSecret hold the shared secret origin replicas derive their keys
+	// from, and the one being rotated out (docs/origin.md, "Origin replicas"); the files named
+	// by auth.secret_file and auth.previous_secret_file are the alternative.
+	EnvSecret         = "XETCDN_SECRET"
+	EnvPreviousSecret = "XETCDN_PREVIOUS_SECRET"
+	// MinSecretLen is the shortest shared secret accepted (keys.MinSecretLen).
+	MinSecretLen = 32
 )
 
 // Index and object store drivers.
@@ -113,6 +122,17 @@ type Objects struct {
 // Auth configures keys and token lifetimes.
 type Auth struct {
 	KeyDir string `json:"key_dir"` // default DataDir/keys: signing.pem, transfer.key, dedup.key
+	// SecretFile names a file holding the shared secret every replica derives its keys from
+	// (surrounding white space ignored, at least MinSecretLen bytes); the key directory is then
+	// not used. The environment variable XETCDN_SECRET is the alternative (not both).
+	SecretFile string `json:"secret_file"`
+	// PreviousSecretFile (or XETCDN_PREVIOUS_SECRET) is the secret being rotated out: tokens
+	// signed with it keep verifying while it is configured. Needs a current secret.
+	PreviousSecretFile string `json:"previous_secret_file"`
+	// Secret and PreviousSecret are the secrets read by Load (nil when none is configured).
+	Secret         []byte `json:"-"`
+	PreviousSecret []byte `json:"-"`
+	secretProblems []string
 	// CASTokenTTL is the lifetime of tokens minted by the Hub-compatible token route.
 	CASTokenTTL Duration `json:"cas_token_ttl"`
 	// TransferURLTTL is the lifetime of signed transfer URLs in reconstruction answers.
@@ -223,6 +243,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	c.Index.PostgresDSN = getenv(EnvPostgresDSN)
 	c.Objects.AccessKey = getenv(EnvS3AccessKey)
 	c.Objects.SecretKey = getenv(EnvS3SecretKey)
+	c.Auth.Secret, c.Auth.PreviousSecret, c.Auth.secretProblems = loadSecrets(c.Auth, getenv)
 	c.fillDerived()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -244,6 +265,8 @@ func defineFlags(fs *flag.FlagSet, file *string, f *Config) {
 	fs.StringVar(&f.Objects.Driver, "objects", ObjectsLocal, "object store: local | s3")
 	fs.StringVar(&f.Objects.Endpoint, "s3-endpoint", "", "S3/MinIO host:port")
 	fs.StringVar(&f.Objects.Bucket, "s3-bucket", "", "S3 bucket")
+	fs.StringVar(&f.Auth.SecretFile, "secret-file", "", "file holding the shared secret replicas derive their keys from (or env "+EnvSecret+")")
+	fs.StringVar(&f.Auth.PreviousSecretFile, "previous-secret-file", "", "file holding the secret being rotated out (or env "+EnvPreviousSecret+")")
 	fs.Int64Var(&f.Limits.PaceFloor, "pace-floor", httpapi.DefaultPaceFloor, "minimum upload pace in bytes/s (<0 disables)")
 }
 
@@ -282,6 +305,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir (--data-dir) is required")
+	}
+	for _, p := range c.Auth.secretProblems {
+		bad("%s", p)
 	}
 	if c.Hub.InlineMax < 0 || c.Hub.InlineMax > 16<<20 {
 		bad("hub.inline_max %d: must be between 0 (default 1 MiB) and 16 MiB", c.Hub.InlineMax)
@@ -385,6 +411,57 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// loadSecrets reads the shared secret and the previous one from their file or environment
+// variable, and lists every problem: a file that cannot be read, both sources set, a secret
+// shorter than MinSecretLen, a previous secret without a current one. Nothing is returned for a
+// source that is not set.
+func loadSecrets(a Auth, getenv func(string) string) (cur, prev []byte, problems []string) {
+	read := func(what, file, env string) []byte {
+		v := getenv(env)
+		switch {
+		case file != "" && v != "":
+			problems = append(problems, fmt.Sprintf("auth.%s and %s are both set: use one", what, env))
+			return nil
+		case file != "":
+			b, err := os.ReadFile(file)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("auth.%s: %v", what, err))
+				return nil
+			}
+			b = bytes.TrimSpace(b)
+			if len(b) < MinSecretLen {
+				problems = append(problems, fmt.Sprintf("auth.%s %s holds %d bytes, want at least %d (e.g. openssl rand -base64 48)", what, file, len(b), MinSecretLen))
+				return nil
+			}
+			return b
+		case v != "":
+			b := bytes.TrimSpace([]byte(v))
+			if len(b) < MinSecretLen {
+				problems = append(problems, fmt.Sprintf("%s holds %d bytes, want at least %d (e.g. openssl rand -base64 48)", env, len(b), MinSecretLen))
+				return nil
+			}
+			return b
+		}
+		return nil
+	}
+	cur = read("secret_file", a.SecretFile, EnvSecret)
+	prev = read("previous_secret_file", a.PreviousSecretFile, EnvPreviousSecret)
+	if prev != nil && cur == nil && len(problems) == 0 {
+		problems = append(problems, fmt.Sprintf("a previous secret needs a current one (auth.secret_file or %s)", EnvSecret))
+	}
+	return cur, prev, problems
+}
+
+// Secrets reads the shared secrets a (its secret files) and getenv name, as Load does, for the
+// commands that need the keys without the rest of the configuration (`xet-origin token`).
+func Secrets(a Auth, getenv func(string) string) (cur, prev []byte, err error) {
+	cur, prev, problems := loadSecrets(a, getenv)
+	for _, p := range problems {
+		err = errors.Join(err, fmt.Errorf("%w: %s", ErrInvalid, p))
+	}
+	return cur, prev, err
 }
 
 // unjoin lists the errors errors.Join joined into err (err alone otherwise).

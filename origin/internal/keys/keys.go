@@ -6,12 +6,16 @@
 //
 // Load creates missing files on first start (mode 0600, directory 0700, written to a temporary
 // file, synced and renamed, so a crash never leaves a half-written key) and reads existing ones
-// otherwise. Several origin replicas share the directory (or copies of it), so they sign and
-// verify alike; the `token` subcommand reads the same files.
+// otherwise; the `token` subcommand reads the same files. Origin replicas, which must sign and
+// verify alike whatever their data directories, derive the same keys from a shared secret
+// instead (FromSecret).
 package keys
 
 import (
+	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -36,11 +40,14 @@ type Keys struct {
 	Signing  *auth.SigningKey
 	Transfer []byte    // HMAC-SHA256 key of transfer URLs
 	Dedup    hash.Hash // blake3 key applied to chunk hashes in dedup answers
+	// Previous are public keys that still verify tokens but sign nothing: the key of a shared
+	// secret being rotated out (FromSecret).
+	Previous []auth.PublicKey
 }
 
 // KeySet is the set of public keys tokens are verified with (served as JWKS to edges).
 func (k *Keys) KeySet() (*auth.KeySet, error) {
-	return auth.NewKeySet(k.Signing.Public())
+	return auth.NewKeySet(append([]auth.PublicKey{k.Signing.Public()}, k.Previous...)...)
 }
 
 // Load reads the keys in dir, creating the missing ones from random (crypto/rand.Reader when
@@ -147,4 +154,70 @@ func writeExclusive(path string, b []byte) error {
 		return fmt.Errorf("sync key directory: %w", err)
 	}
 	return nil
+}
+
+// ---- keys from a shared secret (origin replicas) ---------------------------------------------
+
+// MinSecretLen is the shortest shared secret FromSecret accepts: 32 bytes, as many as each key
+// it derives (e.g. `openssl rand -base64 48`).
+const MinSecretLen = 32
+
+// ErrSecret wraps every problem with a shared secret.
+var ErrSecret = errors.New("keys: bad shared secret")
+
+// Labels of the keys derived from a shared secret (HKDF-SHA256 info strings). Changing one
+// changes that key on every replica at once; they are part of the deployment's compatibility.
+const (
+	labelSigning  = "xetcdn origin token signing key v1"
+	labelTransfer = "xetcdn origin transfer URL key v1"
+	labelDedup    = "xetcdn origin dedup key v1"
+)
+
+// FromSecret derives the origin's keys from a shared secret instead of the key directory, so
+// that every replica given the same secret signs and verifies alike whatever its data directory
+// (docs/origin.md, "Origin replicas"): the Ed25519 token key from an HKDF-SHA256 seed, the
+// transfer-URL and dedup keys likewise, each under its own label. previous, when not nil, is the
+// secret being rotated out: tokens signed with its key still verify (its public key is in
+// KeySet, so edges accept them too) but nothing is signed with it. Transfer URLs and dedup
+// answers use the current secret's keys only; a transfer URL signed before a rotation gets a
+// 403 and the client asks for new URLs (docs/protocol.md §2.10).
+func FromSecret(secret, previous []byte) (*Keys, error) {
+	k, err := derive(secret)
+	if err != nil {
+		return nil, err
+	}
+	if previous != nil {
+		p, err := derive(previous)
+		if err != nil {
+			return nil, fmt.Errorf("previous secret: %w", err)
+		}
+		if p.Signing.ID != k.Signing.ID {
+			k.Previous = append(k.Previous, p.Signing.Public())
+		}
+	}
+	return k, nil
+}
+
+func derive(secret []byte) (*Keys, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, want at least %d", ErrSecret, len(secret), MinSecretLen)
+	}
+	key := func(label string) ([]byte, error) {
+		return hkdf.Key(sha256.New, secret, nil, label, secretLen)
+	}
+	seed, err := key(labelSigning)
+	if err != nil {
+		return nil, err
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	k := Keys{Signing: &auth.SigningKey{ID: auth.KeyID(priv.Public().(ed25519.PublicKey)), Private: priv}}
+	if k.Transfer, err = key(labelTransfer); err != nil {
+		return nil, err
+	}
+	d, err := key(labelDedup)
+	if err != nil {
+		return nil, err
+	}
+	copy(k.Dedup[:], d)
+	return &k, nil
 }

@@ -86,3 +86,44 @@ func TestConcurrentFirstStart(t *testing.T) {
 		}
 	}
 }
+
+// TestFromSecret: one secret gives the same keys every time (two replicas agree), another
+// secret different ones, a previous secret adds its verifying key only, a short one is refused.
+func TestFromSecret(t *testing.T) {
+	s1, s2 := bytes.Repeat([]byte("a"), MinSecretLen), bytes.Repeat([]byte("b"), MinSecretLen+5)
+	k1, err := FromSecret(s1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := FromSecret(bytes.Clone(s1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1.Signing.ID != again.Signing.ID || !k1.Signing.Private.Equal(again.Signing.Private) ||
+		!bytes.Equal(k1.Transfer, again.Transfer) || k1.Dedup != again.Dedup {
+		t.Fatal("the same secret derived different keys")
+	}
+	k2, err := FromSecret(s2, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2.Signing.ID == k1.Signing.ID || bytes.Equal(k2.Transfer, k1.Transfer) || k2.Dedup == k1.Dedup {
+		t.Fatal("different secrets derived a common key")
+	}
+	if bytes.Equal(k1.Transfer, k1.Dedup[:]) || len(k1.Transfer) != 32 {
+		t.Fatal("transfer and dedup keys are not distinct 32-byte keys")
+	}
+	ks, err := k2.KeySet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ks.Lookup(k1.Signing.ID); !ok || ks.Len() != 2 {
+		t.Fatalf("rotated key set has %d keys, previous present %v", ks.Len(), ok)
+	}
+	if _, err := FromSecret(s1[:MinSecretLen-1], nil); !errors.Is(err, ErrSecret) {
+		t.Fatalf("short secret: %v", err)
+	}
+	if _, err := FromSecret(s2, s1[:4]); !errors.Is(err, ErrSecret) {
+		t.Fatalf("short previous secret: %v", err)
+	}
+}
