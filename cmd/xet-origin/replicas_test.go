@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
@@ -47,7 +48,7 @@ func replica(t *testing.T, a *proc) *proc {
 // from the secret is accepted by both; a file uploaded through A downloads through B; a transfer
 // URL signed by A is served by B; a hide made through B is a 404 through A within the visibility
 // TTL (index.DefaultVisibilityTTL, 2 s) and is on A's event stream (what edges subscribed to A
-// read); a replica rotating to a new secret with the old one as previous accepts tokens of
+// read); an edge reporting to A is handed out by B's token route; a replica rotating to a new secret with the old one as previous accepts tokens of
 // both, while A, on the old secret only, refuses the new one's.
 func TestReplicasShareKeysAndState(t *testing.T) {
 	bin := buildBinary(t)
@@ -96,6 +97,27 @@ func TestReplicasShareKeysAndState(t *testing.T) {
 	st, evs := call(t, "GET", a.base()+"/internal/v1/events?after=0&wait=0", secretToken(t, bin, secret, "edge", "edge"), nil)
 	if st != http.StatusOK || !bytes.Contains(evs, []byte(f.hash.String())) {
 		t.Fatalf("A's event stream after the hide through B: %d %s", st, evs)
+	}
+
+	// The edge registry is in the database: an edge that reports to A is what B's token route
+	// hands out (within the registry view's refresh, about a second).
+	edgeURL := "https://edge-eu-1.example.com"
+	report, _ := json.Marshal(map[string]any{"url": edgeURL, "region": "default", "version": "test",
+		"permits": 8, "free_permits": 8, "cache_fill": 0.1, "hit_ratio": 0.5, "ready": true})
+	if st, out := call(t, "POST", a.base()+"/internal/v1/edges", secretToken(t, bin, secret, "edge", "edge"), report); st/100 != 2 {
+		t.Fatalf("edge report to A: %d %s", st, out)
+	}
+	if err := eventually(5*time.Second, func() error {
+		ans, err := do("GET", b.base()+"/api/"+scope+"/xet-read-token/main", r, nil)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(ans.body, []byte(`"casUrl":"`+edgeURL+`"`)) {
+			return fmt.Errorf("B's read token: %d %s, want casUrl %s", ans.status, ans.body, edgeURL)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Rotation: C has a new secret and the old one as previous.
