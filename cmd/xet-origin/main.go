@@ -2,7 +2,7 @@
 // store, reconstruction, tokens, internal API for edges).
 //
 //	xet-origin --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT] [--config FILE]
-//	xet-origin token --data-dir DIR --scope REPO --access read|write|edge|admin [--ttl DURATION]
+//	xet-origin token (--data-dir DIR | --secret-file FILE) --scope REPO --access read|write|edge|admin [--ttl DURATION]
 //	xet-origin delete --data-dir DIR --scope REPO (FILE_HASH... | --all)
 //	xet-origin usage --data-dir DIR [REPO]
 //	xet-origin gc --data-dir DIR [--dry-run] [--grace DURATION [--force]]
