@@ -12,8 +12,8 @@ import (
 // tcpBalancer is the load balancer of the replica tests: a round-robin TCP proxy (what HAProxy
 // does in `mode tcp` with `balance roundrobin`, `option redispatch` and `retries`): each new
 // client connection goes to the next backend marked up; a backend that refuses the connection
-// is marked down and the connection is redispatched to the next one; a backend marked down is
-// checked every checkEvery and marked up again when it accepts. Connections open to a backend
+// is marked down and the connection is redispatched to the next one; every backend is checked
+// every checkEvery, marked down after two failed checks in a row and up again when it accepts. Connections open to a backend
 // that dies are cut (the clients see a reset or EOF, as behind a real balancer).
 type tcpBalancer struct {
 	ln       net.Listener
@@ -21,7 +21,7 @@ type tcpBalancer struct {
 	up       []atomic.Bool
 	next     atomic.Uint64
 
-	redispatched atomic.Int64 // connections that found their first backend down
+	redispatched atomic.Int64 // connections that went elsewhere than their round-robin pick
 	refused      atomic.Int64 // connections no backend accepted
 
 	mu    sync.Mutex
@@ -97,6 +97,7 @@ func (b *tcpBalancer) URL() string { return "http://" + b.ln.Addr().String() }
 func (b *tcpBalancer) check(done <-chan struct{}) {
 	tick := time.NewTicker(checkEvery)
 	defer tick.Stop()
+	fails := make([]int, len(b.backends))
 	for {
 		select {
 		case <-done:
@@ -104,11 +105,14 @@ func (b *tcpBalancer) check(done <-chan struct{}) {
 		case <-tick.C:
 		}
 		for i, addr := range b.backends {
-			c, err := net.DialTimeout("tcp", addr, checkEvery)
+			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
 				c.Close()
+				fails[i] = 0
+			} else {
+				fails[i]++
 			}
-			b.up[i].Store(err == nil)
+			b.up[i].Store(fails[i] < 2) // down after two failed checks in a row, as HAProxy's fall 2
 		}
 	}
 }
@@ -141,20 +145,21 @@ func (b *tcpBalancer) forward(c net.Conn) {
 	start := int(b.next.Add(1) % uint64(n))
 	var up net.Conn
 	chosen := -1
-	for k := range n {
+	// The backends marked up in turn; when none accepts, every backend once more (a check may
+	// lag behind a backend that came back).
+	for k := range 2 * n {
 		i := (start + k) % n
-		if !b.up[i].Load() {
+		if k < n && !b.up[i].Load() {
 			continue
 		}
-		var err error
-		if up, err = net.DialTimeout("tcp", b.backends[i], 2*time.Second); err == nil {
-			if k > 0 {
-				b.redispatched.Add(1)
-			}
-			chosen = i
+		conn, err := net.DialTimeout("tcp", b.backends[i], 2*time.Second)
+		if err == nil {
+			up, chosen = conn, i
 			break
 		}
 		b.up[i].Store(false)
+	}
+	if up != nil && chosen != start {
 		b.redispatched.Add(1)
 	}
 	if up == nil {

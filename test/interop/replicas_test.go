@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,18 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
+
+// waitFor polls ok until it holds or within passes.
+func waitFor(within time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
 
 // opTimeout bounds one client operation of the replica-kill test (its retries included).
 const opTimeout = 2 * time.Minute
@@ -85,21 +98,104 @@ func randomBytes(n int) []byte {
 }
 
 // TestReplicaKill: two origin replicas (different data dirs, one shared secret, one Postgres
-// database, one MinIO bucket, public_url = the balancer) behind a round-robin TCP balancer
-// (tcpBalancer: HAProxy's roundrobin + redispatch + health checks, in the test), and an edge
+// database, one MinIO bucket, public_url = the balancer) behind a load balancer, and an edge
 // configured with both replicas' URLs. Stock hf_xet uploads and downloads through the balancer,
 // the Go client's too, and Go downloads through the edge run concurrently; one replica is
 // killed with SIGKILL mid-run. Then: no client-visible failure (after the clients' own
 // retries), every loop completes operations started after the kill, and every acknowledged
-// upload downloads byte-exact from the survivor.
+// upload downloads byte-exact from the survivor. It runs behind two balancers: tcpBalancer
+// (round robin, redispatch, health checks; written here) and the real HAProxy with
+// deploy/compose-regions/haproxy.cfg (required in CI, where .ci/run installs Debian's haproxy).
 func TestReplicaKill(t *testing.T) {
+	t.Run("tcp balancer", func(t *testing.T) {
+		replicaKill(t, func(t *testing.T, addrs []string) balancer { return newTCPBalancer(t, addrs...) })
+	})
+	t.Run("haproxy", func(t *testing.T) {
+		hp, err := exec.LookPath("haproxy")
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("haproxy is not installed (.ci/run installs it)")
+			}
+			t.Skip("haproxy is not installed")
+		}
+		replicaKill(t, func(t *testing.T, addrs []string) balancer { return startHAProxy(t, hp, addrs) })
+	})
+}
+
+// balancer is the load balancer in front of the replicas.
+type balancer interface {
+	URL() string
+	// active counts the connections to backend i that carried bytes within d (-1: unknown).
+	active(i int, d time.Duration) int
+	stats() string
+}
+
+func (b *tcpBalancer) stats() string {
+	return fmt.Sprintf("balancer redispatched %d connections, refused %d", b.redispatched.Load(), b.refused.Load())
+}
+
+// haproxy runs HAProxy with the deployment's configuration (deploy/compose-regions/haproxy.cfg),
+// adapted to the test: its origins frontend bound to a free loopback port, its origins backend
+// naming the replicas' addresses, without Docker's resolver and without the MinIO sections.
+type haproxy struct{ url string }
+
+func (h *haproxy) URL() string                 { return h.url }
+func (*haproxy) active(int, time.Duration) int { return -1 }
+func (*haproxy) stats() string                 { return "HAProxy with deploy/compose-regions/haproxy.cfg" }
+
+// startHAProxy starts HAProxy in front of addrs (the replicas need not run yet: its health
+// checks find them).
+func startHAProxy(t *testing.T, bin string, addrs []string) *haproxy {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "compose-regions", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := testenv.FreeAddr(t)
+	var out []string
+	section, servers := "", 0
+	for _, line := range strings.Split(string(src), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
+			section = strings.Join(f, " ")
+		}
+		switch {
+		case section == "resolvers docker" || section == "frontend minio" || section == "backend minio":
+			continue
+		case len(f) > 0 && f[0] == "default-server":
+			line = strings.Replace(line, " resolvers docker", "", 1)
+		case section == "frontend origins" && len(f) > 0 && f[0] == "bind":
+			line = "    bind " + listen
+		case section == "backend origins" && len(f) > 0 && f[0] == "server":
+			if servers >= len(addrs) {
+				t.Fatalf("haproxy.cfg names more replicas than the test runs: %q", line)
+			}
+			line = "    server " + f[1] + " " + addrs[servers] + " " + strings.Join(f[3:], " ")
+			servers++
+		}
+		out = append(out, line)
+	}
+	if servers != len(addrs) {
+		t.Fatalf("haproxy.cfg: %d servers in backend origins, want %d", servers, len(addrs))
+	}
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(strings.Join(out, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &haproxy{url: "http://" + listen}
+	testenv.Start(t, bin, []string{"-db", "-f", cfg}, testenv.Options{StartTimeout: startupTimeout})
+	return h
+}
+
+// replicaKill is TestReplicaKill behind the balancer newLB starts in front of addrs.
+func replicaKill(t *testing.T, newLB func(t *testing.T, addrs []string) balancer) {
 	python := testenv.Require(t, testenv.Python)
 	bins := buildBinaries(t)
 	be := postgresMinIO(t)
 	secret := "XETCDN_SECRET=" + hex.EncodeToString(randomBytes(32))
 	be.env = append(be.env, secret)
 	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
-	lb := newTCPBalancer(t, addrs...)
+	lb := newLB(t, addrs)
 	cfg := filepath.Join(t.TempDir(), "origin.json")
 	if err := os.WriteFile(cfg, be.config, 0o600); err != nil {
 		t.Fatal(err)
@@ -108,6 +204,17 @@ func TestReplicaKill(t *testing.T) {
 	for _, a := range addrs {
 		replicas = append(replicas, testenv.Start(t, bins.origin, []string{"--data-dir", t.TempDir(), "--listen", a,
 			"--public-url", lb.URL(), "--config", cfg}, serverOptions(be.env, "http://"+a+"/healthz")))
+	}
+	// The balancer serves once its health checks found a replica up.
+	if err := waitFor(30*time.Second, func() bool {
+		resp, err := http.Get(lb.URL() + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		t.Fatalf("balancer %s: %v", lb.URL(), err)
 	}
 	env := append(os.Environ(), secret)
 	token := func(scope, access string) string {
@@ -250,6 +357,43 @@ func TestReplicaKill(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var running atomic.Int64
+	// A probe without retries: GET /healthz through the balancer on a new connection every
+	// 20 ms. What it sees after the kill is what the balancer alone gives new requests.
+	var probeMu sync.Mutex
+	var probes, probeFails int
+	var lastProbeFail time.Duration
+	probeClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	wg.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := probeClient.Get(lb.URL() + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			st.mu.Lock()
+			killAt := st.killAt
+			st.mu.Unlock()
+			if killAt.IsZero() {
+				continue
+			}
+			probeMu.Lock()
+			probes++
+			if err != nil {
+				probeFails++
+				lastProbeFail = time.Since(killAt)
+			}
+			probeMu.Unlock()
+		}
+	})
 	for name, op := range loops {
 		dir := t.TempDir()
 		wg.Go(func() {
@@ -284,8 +428,9 @@ func TestReplicaKill(t *testing.T) {
 	for !warm() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	// ... and connections to it are carrying bytes (bounded: the kill happens anyway).
-	for i := 0; i < 200 && lb.active(0, 20*time.Millisecond) < 2; i++ {
+	// ... and connections to it are carrying bytes, or (where the balancer cannot say) four
+	// operations are running (bounded: the kill happens anyway).
+	for i := 0; i < 200 && lb.active(0, 20*time.Millisecond) < 2 && (lb.active(0, 0) >= 0 || running.Load() < 4); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	inFlight, busy := running.Load(), lb.active(0, 20*time.Millisecond)
@@ -331,8 +476,14 @@ func TestReplicaKill(t *testing.T) {
 			t.Errorf("%s: %d operations started after the kill succeeded, want 2", name, st.afterKill[name])
 		}
 	}
-	t.Logf("kill with %d operations in flight, %d connections to the killed replica carrying bytes; slowest operation across the kill %v; every loop served again %v after the kill; balancer redispatched %d connections, refused %d; client-visible failures %d",
-		inFlight, busy, st.spanMax.Round(time.Millisecond), slowest.Round(time.Millisecond), lb.redispatched.Load(), lb.refused.Load(), failures)
+	busyText := "unknown"
+	if busy >= 0 {
+		busyText = strconv.Itoa(busy)
+	}
+	t.Logf("probe without retries: %d requests after the kill, %d failed, the last %v after it",
+		probes, probeFails, lastProbeFail.Round(time.Millisecond))
+	t.Logf("kill with %d operations in flight, %s connections to the killed replica carrying bytes; slowest operation across the kill %v; every loop served again %v after the kill; %s; client-visible failures %d",
+		inFlight, busyText, st.spanMax.Round(time.Millisecond), slowest.Round(time.Millisecond), lb.stats(), failures)
 
 	// Every acknowledged upload, byte-exact from the survivor (its reconstructions asked directly;
 	// their transfer URLs name public_url, the balancer, which now has only the survivor).
