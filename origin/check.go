@@ -14,6 +14,13 @@ func CheckConfig(args []string, getenv func(string) string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("configuration ok: data_dir %s, listen %s, admin_listen %q, index %s, objects %s, public_url %s",
-		cfg.DataDir, cfg.Listen, cfg.AdminListen, cfg.Index.Driver, cfg.Objects.Driver, cfg.PublicURL), nil
+	keys := "key_dir " + cfg.Auth.KeyDir
+	if cfg.Auth.Secret != nil {
+		keys = "shared secret"
+		if cfg.Auth.PreviousSecret != nil {
+			keys += " (and the previous one)"
+		}
+	}
+	return fmt.Sprintf("configuration ok: data_dir %s, listen %s, admin_listen %q, index %s, objects %s, public_url %s, keys from %s",
+		cfg.DataDir, cfg.Listen, cfg.AdminListen, cfg.Index.Driver, cfg.Objects.Driver, cfg.PublicURL, keys), nil
 }
