@@ -48,7 +48,7 @@ func replica(t *testing.T, a *proc) *proc {
 // from the secret is accepted by both; a file uploaded through A downloads through B; a transfer
 // URL signed by A is served by B; a hide made through B is a 404 through A within the visibility
 // TTL (index.DefaultVisibilityTTL, 2 s) and is on A's event stream (what edges subscribed to A
-// read); an edge reporting to A is handed out by B's token route; a replica rotating to a new secret with the old one as previous accepts tokens of
+// read), and so is a garbage collection's sweep of its xorb made by another process; an edge reporting to A is handed out by B's token route; a replica rotating to a new secret with the old one as previous accepts tokens of
 // both, while A, on the old secret only, refuses the new one's.
 func TestReplicasShareKeysAndState(t *testing.T) {
 	bin := buildBinary(t)
@@ -97,6 +97,39 @@ func TestReplicasShareKeysAndState(t *testing.T) {
 	st, evs := call(t, "GET", a.base()+"/internal/v1/events?after=0&wait=0", secretToken(t, bin, secret, "edge", "edge"), nil)
 	if st != http.StatusOK || !bytes.Contains(evs, []byte(f.hash.String())) {
 		t.Fatalf("A's event stream after the hide through B: %d %s", st, evs)
+	}
+
+	// A garbage collection run by another process (the `gc` command, with B's configuration)
+	// sweeps the hidden file's xorb: its event is on A's stream too (edges evict on it).
+	cfgFile := ""
+	for i, arg := range b.args {
+		if arg == "--config" && i+1 < len(b.args) {
+			cfgFile = b.args[i+1]
+		}
+	}
+	gcEnv := append(append([]string(nil), os.Environ()...), b.env...)
+	xorbHash := f.xorbs[0].hash.String()
+	if err := eventually(20*time.Second, func() error {
+		code, out, errOut := testenv.RunStatus(t, bin, gcEnv, "gc", "--data-dir", b.dir, "--config", cfgFile, "--grace", "1s", "--force")
+		if code != 0 {
+			return fmt.Errorf("gc: status %d: %s", code, errOut)
+		}
+		var rep struct {
+			Swept int64 `json:"swept"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			return fmt.Errorf("gc report %q: %v", out, err)
+		}
+		if rep.Swept > 0 {
+			return nil
+		}
+		time.Sleep(time.Second) // the grace the condemned xorb must outlive
+		return fmt.Errorf("gc swept nothing yet: %s", out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st, evs := call(t, "GET", a.base()+"/internal/v1/events?after=0&wait=0", secretToken(t, bin, secret, "edge", "edge"), nil); st != http.StatusOK || !bytes.Contains(evs, []byte(xorbHash)) {
+		t.Fatalf("A's event stream after a GC sweep of xorb %s: %d %s", xorbHash, st, evs)
 	}
 
 	// The edge registry is in the database: an edge that reports to A is what B's token route
