@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -215,6 +217,7 @@ func GC(ctx context.Context, args []string, getenv func(string) string, stdout, 
 	defer hs.Close()
 	rep, err := lifecycle.GC(ctx, b.Index, b.Objects, lifecycle.GCOptions{Grace: g, DryRun: *dry,
 		Roots:     hubRoots(hs, g),
+		Blobs:     hubBlobs(hs, b, nil),
 		Failpoint: lifecycle.FailpointFromEnv(getenv)})
 	if err != nil {
 		return err
@@ -222,4 +225,10 @@ func GC(ctx context.Context, args []string, getenv func(string) string, stdout, 
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
+}
+
+// hubBlobs is the hub's collector of inline-file blobs no commit names (docs/hub.md, "Garbage
+// collection").
+func hubBlobs(st *hub.Store, b *backend.Backends, log *slog.Logger) []lifecycle.ObjectCollector {
+	return []lifecycle.ObjectCollector{&hub.BlobCollector{Store: st, Objects: b.Objects, Log: log}}
 }
