@@ -16,6 +16,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
+	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -124,11 +125,22 @@ func Delete(ctx context.Context, args []string, getenv func(string) string, stdo
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(problems, "\n"))
 	}
-	b, err := a.open(ctx, getenv)
+	cfg, b, err := a.openConfig(ctx, getenv)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	hs, err := openHubStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	switch repo, err := hs.IsRepository(ctx, *scope); {
+	case err != nil:
+		return err
+	case repo:
+		return server.HubRepositoryError(*scope)
+	}
 	n, err := b.Index.Delete(ctx, *scope, files)
 	if errors.Is(err, index.ErrNotFound) {
 		return fmt.Errorf("%w in %q", ErrNothingToDelete, *scope)

@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -233,4 +234,24 @@ ORDER BY scope, id LIMIT ?`), scope, id, rootsPage)
 			return out, nil
 		}
 	}
+}
+
+// IsRepository reports whether scope is the scope of an existing repository. The origin refuses
+// CAS-level deletes there (docs/decisions.md, "CAS deletes of Hub repositories"): a
+// repository's content is its commits.
+func (s *Store) IsRepository(ctx context.Context, scope string) (bool, error) {
+	var one int
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT 1 FROM hub_repos WHERE scope = ?`), scope).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("hub: repository of scope %q: %w", scope, s.translate(err))
+	}
+	return true, nil
+}
+
+// IsRepository is Store.IsRepository on the service's store.
+func (h *Service) IsRepository(ctx context.Context, scope string) (bool, error) {
+	return h.store.IsRepository(ctx, scope)
 }
