@@ -47,6 +47,12 @@ func TestGCDeadShards(t *testing.T) {
 		}
 		ls = append(ls, l.Hash)
 	}
+	// superseded: visible, but its one entry is taken over by a later shard (unnamed).
+	superseded := reg("models/c", ls[2])
+	taker := &index.Registration{Shard: g.Hash(), Scope: "models/c", Xorbs: []hash.Hash{ls[2]}, Dedup: superseded.Dedup}
+	if _, err := ix.RegisterShard(ctx, taker); err != nil {
+		t.Fatal(err)
+	}
 	dead := reg("models/a", ls[0])
 	shared := reg("models/a", ls[1]) // its file deleted; b keeps the xorb and a visible file
 	other := reg("models/b", ls[1])
@@ -65,14 +71,14 @@ func TestGCDeadShards(t *testing.T) {
 		}
 		return r
 	}
-	if r := run(0); r.Shards != 4 || r.ShardsCondemned != 0 {
-		t.Fatalf("gc within the grace period: %+v; want 4 shards, none condemned", r)
+	if r := run(0); r.Shards != 6 || r.ShardsCondemned != 0 {
+		t.Fatalf("gc within the grace period: %+v; want 6 shards, none condemned", r)
 	}
 	// shared's entries offer ls[1], live through b: kept (the entries are useful).
 	if r := run(2 * grace); r.ShardsCondemned != 1 || r.ShardsSwept != 0 {
 		t.Fatalf("gc a grace period later: %+v; want only the dead shard condemned", r)
 	}
-	if r := run(4 * grace); r.ShardsSwept != 1 || r.Shards != 4 {
+	if r := run(4 * grace); r.ShardsSwept != 1 || r.Shards != 6 {
 		t.Fatalf("gc two grace periods later: %+v; want the dead shard swept", r)
 	}
 	if _, err := ix.ShardBody(ctx, dead.Shard); err == nil {
@@ -81,7 +87,7 @@ func TestGCDeadShards(t *testing.T) {
 	if _, err := ix.DedupXorbs(ctx, dead.Dedup[0]); err == nil {
 		t.Fatal("the dead shard's dedup entry is still there")
 	}
-	for _, r := range []*index.Registration{shared, other, rooted} {
+	for _, r := range []*index.Registration{shared, other, rooted, superseded} {
 		if _, err := ix.ShardBody(ctx, r.Shard); err != nil {
 			t.Fatalf("shard %s: %v; want kept", r.Shard, err)
 		}
@@ -102,10 +108,10 @@ func TestGCDeadShards(t *testing.T) {
 	if r := run(7 * grace); r.ShardsSwept != 0 || r.ShardsSweepable != 0 || r.ShardsCondemned != 0 {
 		t.Fatalf("gc after other's re-registration: %+v; want shared and other revived", r)
 	}
-	if r := run(9 * grace); r.ShardsCondemned != 0 || r.ShardsSwept != 0 || r.Shards != 3 {
-		t.Fatalf("final gc: %+v; want shared, other and rooted kept, nothing condemned", r)
+	if r := run(9 * grace); r.ShardsCondemned != 0 || r.ShardsSwept != 0 || r.Shards != 5 {
+		t.Fatalf("final gc: %+v; want shared, other, rooted, superseded and its taker kept, nothing condemned", r)
 	}
-	for _, r := range []*index.Registration{shared, other, rooted} {
+	for _, r := range []*index.Registration{shared, other, rooted, superseded} {
 		if _, err := ix.ShardBody(ctx, r.Shard); err != nil {
 			t.Fatalf("shard %s at the end: %v; want kept", r.Shard, err)
 		}
