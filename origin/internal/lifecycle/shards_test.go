@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"bytes"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
 )
 
 // TestGCDeadShards (SQLite + local disk, the collector's clock moved instead of waiting): a
@@ -115,5 +118,88 @@ func TestGCDeadShards(t *testing.T) {
 		if _, err := ix.ShardBody(ctx, r.Shard); err != nil {
 			t.Fatalf("shard %s at the end: %v; want kept", r.Shard, err)
 		}
+	}
+}
+
+// TestGCDeadShardsLegacyRows: a shard row registered before the index recorded its files (files
+// NULL) has them read from its body — inline, or its object — so the same rules apply: the dead
+// one (its file deleted) is collected with its object, the one whose file is visible is kept.
+func TestGCDeadShardsLegacyRows(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "index.db")
+	ix, err := sqlite.Open(ctx, sqlite.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	objs, err := objstore.NewLocal(filepath.Join(t.TempDir(), "objects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := indextest.NewGen(8)
+	l := g.Layout(1)
+	if _, err := ix.PutXorb(ctx, l, 10); err != nil {
+		t.Fatal(err)
+	}
+	// Each registration's body is a shard naming its file (what ingest stores).
+	reg := func(scope string, inline bool) *index.Registration {
+		rec := &recon.FileRecord{Hash: g.Hash(), Size: 10, Terms: []recon.Term{{Xorb: l.Hash, End: 1, RawBytes: 10, ByteEnd: 8}}}
+		body := (&shard.Shard{Files: []shard.File{{Hash: rec.Hash, Terms: []shard.Term{{Xorb: l.Hash, RawBytes: 10, End: 1}}}}}).AppendUpload(nil)
+		r := &index.Registration{Shard: hash.Chunk(body), Scope: scope, Files: []*recon.FileRecord{rec}, Xorbs: []hash.Hash{l.Hash}, Dedup: g.Hashes(1)}
+		if inline {
+			r.Body = body
+		} else if err := objs.Put(ctx, objstore.ShardKey(r.Shard), bytes.NewReader(body), int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ix.RegisterShard(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	deadInline, deadObject := reg("models/a", true), reg("models/a", false)
+	live := reg("models/b", false)
+	// Make them legacy rows: no files recorded.
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.ExecContext(ctx, `UPDATE shards SET files = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.Delete(ctx, "models/a", nil); err != nil {
+		t.Fatal(err)
+	}
+	const grace = time.Hour
+	start := time.Now()
+	run := func(at time.Duration) *Report {
+		t.Helper()
+		r, err := GC(ctx, ix, objs, GCOptions{Grace: grace, Now: func() time.Time { return start.Add(at) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// l is live through b's file, so only "no entry names it" can make a shard dead: take the
+	// dead shards' entries over.
+	taker := &index.Registration{Shard: g.Hash(), Scope: "models/b", Xorbs: []hash.Hash{l.Hash},
+		Dedup: append(append([]hash.Hash{}, deadInline.Dedup...), deadObject.Dedup...)}
+	if _, err := ix.RegisterShard(ctx, taker); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(2 * grace); r.ShardsCondemned != 2 {
+		t.Fatalf("first gc: %+v; want the two dead legacy shards condemned", r)
+	}
+	if r := run(4 * grace); r.ShardsSwept != 2 || r.ShardObjects != 1 {
+		t.Fatalf("second gc: %+v; want both swept, one object deleted", r)
+	}
+	if _, err := objs.Stat(ctx, objstore.ShardKey(deadObject.Shard)); err == nil {
+		t.Fatal("the dead shard's object is still stored")
+	}
+	if _, err := objs.Stat(ctx, objstore.ShardKey(live.Shard)); err != nil {
+		t.Fatalf("the live shard's object: %v", err)
+	}
+	if _, err := ix.ShardBody(ctx, live.Shard); err != nil {
+		t.Fatalf("the live legacy shard: %v", err)
 	}
 }
