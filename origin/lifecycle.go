@@ -7,13 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/xetcdn/xetcdn/origin/internal/backend"
 	"github.com/xetcdn/xetcdn/origin/internal/config"
+	"github.com/xetcdn/xetcdn/origin/internal/hub"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
+	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -122,11 +125,22 @@ func Delete(ctx context.Context, args []string, getenv func(string) string, stdo
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(problems, "\n"))
 	}
-	b, err := a.open(ctx, getenv)
+	cfg, b, err := a.openConfig(ctx, getenv)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	hs, err := openHubStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	switch repo, err := hs.IsRepository(ctx, *scope); {
+	case err != nil:
+		return err
+	case repo:
+		return server.HubRepositoryError(*scope)
+	}
 	n, err := b.Index.Delete(ctx, *scope, files)
 	if errors.Is(err, index.ErrNotFound) {
 		return fmt.Errorf("%w in %q", ErrNothingToDelete, *scope)
@@ -215,6 +229,7 @@ func GC(ctx context.Context, args []string, getenv func(string) string, stdout, 
 	defer hs.Close()
 	rep, err := lifecycle.GC(ctx, b.Index, b.Objects, lifecycle.GCOptions{Grace: g, DryRun: *dry,
 		Roots:     hubRoots(hs, g),
+		Blobs:     hubBlobs(hs, b, nil),
 		Failpoint: lifecycle.FailpointFromEnv(getenv)})
 	if err != nil {
 		return err
@@ -222,4 +237,10 @@ func GC(ctx context.Context, args []string, getenv func(string) string, stdout, 
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
+}
+
+// hubBlobs is the hub's collector of inline-file blobs no commit names (docs/hub.md, "Garbage
+// collection").
+func hubBlobs(st *hub.Store, b *backend.Backends, log *slog.Logger) []lifecycle.ObjectCollector {
+	return []lifecycle.ObjectCollector{&hub.BlobCollector{Store: st, Objects: b.Objects, Log: log}}
 }

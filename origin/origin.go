@@ -85,6 +85,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		lifecycle.RunCollector(gcCtx, b.Index, b.Objects, lifecycle.NewMetrics(reg), lifecycle.CollectorOptions{
 			Interval: cfg.GC.Interval.D(), Grace: cfg.EffectiveGrace(), Log: log,
 			Roots:     hubRoots(hs, cfg.EffectiveGrace()),
+			Blobs:     hubBlobs(hs, b, log),
 			Failpoint: lifecycle.FailpointFromEnv(getenv)})
 	}()
 	log.Info("xet-origin serving", "listen", lns.Main.Addr().String(), "admin", cfg.AdminListen,

@@ -15,6 +15,7 @@ import (
 	"github.com/xetcdn/xetcdn/internal/testenv"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/shard"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // gcReport is the JSON report of `xet-origin gc` (origin/internal/gcReport).
@@ -30,6 +31,15 @@ type gcReport struct {
 	ObjectsDeleted int64   `json:"objects_deleted"`
 	BytesReclaimed uint64  `json:"bytes_reclaimed"`
 	Seconds        float64 `json:"seconds"`
+	// Dead shards, orphans and hub blobs.
+	Shards          int64  `json:"shards"`
+	ShardsCondemned int64  `json:"shards_condemned"`
+	ShardsSweepable int64  `json:"shards_sweepable"`
+	ShardsSwept     int64  `json:"shards_swept"`
+	ShardObjects    int64  `json:"shard_objects_deleted"`
+	Orphans         int64  `json:"orphans"`
+	HubBlobs        int64  `json:"hub_blobs"`
+	HubBlobBytes    uint64 `json:"hub_blob_bytes"`
 }
 
 // The collector's failpoint steps (origin/internal/lifecycle.Step*).
@@ -37,6 +47,7 @@ const (
 	stepMarked      = "marked"
 	stepIndexSwept  = "index-swept"
 	stepObjectBatch = "object-batch"
+	stepShardObject = "shard-object"
 )
 
 // gcGrace is the grace period of these tests (with --force: below auth.dedup_expiry).
@@ -70,13 +81,48 @@ func (o *proc) storeBytes(t *testing.T) (n uint64) {
 	return n
 }
 
-// gcFixture is two repositories sharing one xorb: a holds fa (shared + ua1) and fa2 (ua2), b
-// holds fb (shared + ub).
+// gcFixture is two repositories sharing one xorb: a holds fa (shared + ua1) and fa2 (ua2, one
+// term per chunk: a shard over 1 MiB, stored as an object), b holds fb (shared + ub).
 type gcFixture struct {
 	a, b         string
 	fa, fa2, fb  fileUp
 	aUniqueBytes uint64 // usage's unique bytes of a before its deletion
 	before       uint64 // xorb bytes in the store before
+	fa2Shard     string // the object key of fa2's shard
+}
+
+// makeBigShardFile is a file over one xorb of n tiny chunks, one term per chunk: its shard
+// (n × 48 bytes of xorb section, n × 96 of terms) is over the origin's 1 MiB inline limit for
+// n = 8192, so the origin stores it as an object.
+func makeBigShardFile(rng *mrand.Rand, n int) fileUp {
+	var chunks [][]byte
+	for range n {
+		raw := make([]byte, 64+rng.IntN(64))
+		for i := range raw {
+			raw[i] = byte(rng.Uint32())
+		}
+		chunks = append(chunks, raw)
+	}
+	x := packXorb(xorb.LZ4, chunks)
+	f := fileUp{xorbs: []xorbUp{x}}
+	sf := shard.File{}
+	var leaves []hash.Leaf
+	blk := shard.Xorb{Hash: x.hash, RawBytes: x.layout.RawLen()}
+	var s uint32
+	for i, ch := range x.layout.ChunkHashes {
+		raw := chunks[i]
+		f.data = append(f.data, raw...)
+		leaves = append(leaves, hash.Leaf{Hash: ch, Size: uint64(len(raw))})
+		sf.Terms = append(sf.Terms, shard.Term{Xorb: x.hash, RawBytes: uint32(len(raw)), Start: uint32(i), End: uint32(i + 1)})
+		sf.Verification = append(sf.Verification, hash.Verification(x.layout.ChunkHashes[i:i+1]))
+		blk.Chunks = append(blk.Chunks, shard.XorbChunk{Hash: ch, RawStart: s, RawLen: x.layout.RawEnds[i] - s})
+		s = x.layout.RawEnds[i]
+	}
+	sf.Hash = hash.File(leaves)
+	sh := &shard.Shard{Files: []shard.File{sf}, Xorbs: []shard.Xorb{blk}}
+	f.hash = sf.Hash
+	f.shard = sh.AppendUpload(nil)
+	return f
 }
 
 func setupGC(t *testing.T, o *proc) *gcFixture {
@@ -85,7 +131,8 @@ func setupGC(t *testing.T, o *proc) *gcFixture {
 	shared := makeXorb(rng, 3)
 	f := &gcFixture{a: "models/acme/gc-a", b: "models/acme/gc-b"}
 	f.fa = makeFile(shared, makeXorb(rng, 2))
-	f.fa2 = makeFile(makeXorb(rng, 2))
+	f.fa2 = makeBigShardFile(rng, 8192)
+	f.fa2Shard = "shards/" + hash.Chunk(f.fa2.shard).String()
 	f.fb = makeFile(shared, makeXorb(rng, 2))
 	uploadFile(t, o, o.token(t, f.a, "write"), f.fa)
 	uploadFile(t, o, o.token(t, f.a, "write"), f.fa2)
@@ -95,6 +142,9 @@ func setupGC(t *testing.T, o *proc) *gcFixture {
 	f.before = o.storeBytes(t)
 	if f.aUniqueBytes == 0 || u.Totals.StoredBytes != f.before {
 		t.Fatalf("usage before: %+v; store holds %d", u, f.before)
+	}
+	if _, ok := o.storeObjects(t, "shards")[f.fa2Shard]; !ok {
+		t.Fatalf("fa2's shard is not stored as an object: %v", o.storeObjects(t, "shards"))
 	}
 	return f
 }
@@ -106,11 +156,31 @@ func (f *gcFixture) deleteA(t *testing.T, o *proc) {
 	if st, b := call(t, "DELETE", o.base()+"/v1/scope", o.token(t, f.a, "write"), nil); st != http.StatusOK {
 		t.Fatalf("delete %s: %d %s", f.a, st, b)
 	}
+	time.Sleep(1100 * time.Millisecond) // the shards registered a grace period ago
 	r := o.gc(t, 0)
-	if r.Condemned != 2 || r.Swept != 0 || r.ObjectsDeleted != 0 {
-		t.Fatalf("first gc after the delete: %+v; want 2 condemned, nothing swept", r)
+	// fa2's shard offers only ua2: dead. fa's offers the shared xorb too, through entries that
+	// name it until ua1's sweep drops them.
+	if r.Condemned != 2 || r.Swept != 0 || r.ObjectsDeleted != 0 || r.ShardsCondemned != 1 || r.Shards != 3 {
+		t.Fatalf("first gc after the delete: %+v; want 2 xorbs and 1 of 3 shards condemned, nothing swept", r)
 	}
 	time.Sleep(1100 * time.Millisecond) // the grace period itself: what is being tested
+}
+
+// checkShardsCollected: two more collections a grace period apart leave one shard row (fb's),
+// nothing condemned, no shard object (fa2's went), and b whole.
+func (f *gcFixture) checkShardsCollected(t *testing.T, o *proc) {
+	t.Helper()
+	for range 2 {
+		time.Sleep(1100 * time.Millisecond)
+		o.gc(t, 0)
+	}
+	if r := o.gc(t, 0); r.Shards != 1 || r.ShardsCondemned != 0 || r.ShardsSweepable != 0 {
+		t.Errorf("gc after the shards' grace: %+v; want only b's shard left, nothing condemned", r)
+	}
+	if left := o.storeObjects(t, "shards"); len(left) != 0 {
+		t.Errorf("shard objects left: %v", left)
+	}
+	checkDownload(t, o.client(t, o.token(t, f.b, "read")), f.fb.hash, f.fb.data)
 }
 
 // checkReclaimed: a's unique bytes left the store, b is whole, usage agrees with the store.
@@ -239,7 +309,7 @@ func (o *proc) runDry(t *testing.T) gcReport {
 // repository's unique bytes, the other repository downloads byte-exact, and a third run finds
 // nothing to do. On both backends.
 func TestGCCrashAtEachStep(t *testing.T) {
-	for _, step := range []string{stepMarked, stepIndexSwept, stepObjectBatch} {
+	for _, step := range []string{stepMarked, stepIndexSwept, stepObjectBatch, stepShardObject} {
 		t.Run(step, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, o *proc) {
 				o.start(t)
@@ -253,11 +323,21 @@ func TestGCCrashAtEachStep(t *testing.T) {
 					}
 				}
 				checkDownload(t, o.client(t, o.token(t, f.b, "read")), f.fb.hash, f.fb.data)
+				if step == stepShardObject || step == stepIndexSwept {
+					// The crashed run swept fa2's shard from the index: its object is an orphan.
+					if _, ok := o.storeObjects(t, "shards")[f.fa2Shard]; ok != (step == stepIndexSwept) {
+						t.Errorf("after a crash at %s fa2's shard object stored: %v", step, ok)
+					}
+				}
 				r := o.gc(t, 0)
-				if r.ObjectsDeleted == 0 && step != stepObjectBatch {
+				if r.ObjectsDeleted == 0 && step != stepObjectBatch && step != stepShardObject {
 					t.Errorf("the run after the crash deleted nothing: %+v", r)
 				}
+				if step == stepIndexSwept && r.Orphans != 1 {
+					t.Errorf("the run after the crash: %+v; want fa2's shard object deleted as an orphan", r)
+				}
 				f.checkReclaimed(t, o)
+				f.checkShardsCollected(t, o)
 			})
 		})
 	}
@@ -294,7 +374,7 @@ func withGCConfig(t *testing.T, o *proc, interval string) {
 // without the failpoint, the origin's next runs finish the job: the store shrinks by the deleted
 // repository's unique bytes and the other repository downloads byte-exact. On both backends.
 func TestGCOriginKilledAtEachStep(t *testing.T) {
-	for _, step := range []string{stepMarked, stepIndexSwept, stepObjectBatch} {
+	for _, step := range []string{stepMarked, stepIndexSwept, stepObjectBatch, stepShardObject} {
 		t.Run(step, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, o *proc) {
 				p := o.start(t)
@@ -324,6 +404,9 @@ func TestGCOriginKilledAtEachStep(t *testing.T) {
 				if err := eventually(30*time.Second, func() error {
 					if got := o.storeBytes(t); f.before-got != f.aUniqueBytes {
 						return fmt.Errorf("store holds %d bytes, want %d", got, f.before-f.aUniqueBytes)
+					}
+					if left := o.storeObjects(t, "shards"); len(left) != 0 {
+						return fmt.Errorf("shard objects left: %v", left)
 					}
 					return nil
 				}); err != nil {

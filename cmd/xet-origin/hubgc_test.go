@@ -151,11 +151,24 @@ func (f *hubGCFixture) checkAll(t *testing.T, o *proc, when string) {
 	}
 }
 
-// dropA drops the visibility of repository a's scope through the CAS lifecycle route.
-func (f *hubGCFixture) dropA(t *testing.T, o *proc) {
+// refuseDropA: every CAS-level delete in repository a's scope is refused (409 through the
+// API, naming the repository route; exit 1 for the command) and changes nothing: hf_xet's CAS
+// read of a's file still answers.
+func (f *hubGCFixture) refuseDropA(t *testing.T, o *proc) {
 	t.Helper()
-	if st, b := call(t, "DELETE", o.base()+"/v1/scope", f.wa, nil); st != http.StatusOK {
-		t.Fatalf("DELETE /v1/scope of %s: %d %s", hubA, st, b)
+	for _, path := range []string{"/v1/scope", "/v1/files/" + f.v1.hash.String()} {
+		st, b := call(t, "DELETE", o.base()+path, f.wa, nil)
+		if st != http.StatusConflict || !strings.Contains(string(b), "hub_repository") || !strings.Contains(string(b), "/api/repos/delete") {
+			t.Fatalf("DELETE %s in Hub repository %s: %d %s; want 409 naming DELETE /api/repos/delete", path, hubA, st, b)
+		}
+	}
+	if code, _, errOut := o.runAdmin(t, "delete", "--scope", "models/"+hubA, "--all"); code != 1 || !strings.Contains(errOut, "/api/repos/delete") {
+		t.Fatalf("xet-origin delete of Hub repository %s: status %d, stderr %q; want 1 naming the repository route", hubA, code, errOut)
+	}
+	for _, f := range []fileUp{f.v1, f.v2} {
+		if st, b := call(t, "GET", o.base()+"/v2/reconstructions/"+f.hash.String(), o.token(t, "models/"+hubA, "read"), nil); st != http.StatusOK {
+			t.Fatalf("CAS reconstruction in %s after the refused deletes: %d %s", hubA, st, b)
+		}
 	}
 }
 
@@ -193,9 +206,10 @@ func (f *hubGCFixture) cCollected(t *testing.T, o *proc) error {
 // TestHubGCRoots, on both backends against the binary, proves the hub feeds `xet-origin gc`
 // (docs/hub.md, "Garbage collection"):
 //
-//   - repository a's scope visibility dropped through the CAS lifecycle route (DELETE
-//     /v1/scope): after two collections a grace period apart, every revision of a still
-//     downloads byte-exact (its commits are roots: nothing is condemned);
+//   - CAS-level deletes in repository a's scope (DELETE /v1/scope, /v1/files, xet-origin
+//     delete) are refused (409 / exit 1, naming DELETE /api/repos/delete) and change nothing;
+//     after two collections a grace period apart every revision of a still downloads
+//     byte-exact, through the resolve route and hf_xet's CAS route;
 //   - deleting repository c (DELETE /api/repos/delete) drops its scope's visibility (the CAS
 //     read is 404 at once) and its files stop being roots: two collections later its unique
 //     xorb is gone (measured in the store), the store shrank by exactly its size, and the xorb
@@ -205,22 +219,21 @@ func TestHubGCRoots(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, o *proc) {
 		o.start(t)
 		f := setupHubGC(t, o)
-		f.dropA(t, o)
+		f.refuseDropA(t, o)
 		var reps []gcReport
 		for range 2 {
 			reps = append(reps, o.gc(t, 0))
 			time.Sleep(1100 * time.Millisecond) // the grace period (gcGrace)
 		}
-		f.checkAll(t, o, "after the scope's visibility was dropped and two collections")
-		// The CAS view of the scope is what the delete dropped (hf_xet reads through it):
-		// docs/hub.md, "Garbage collection".
-		if st, _ := call(t, "GET", o.base()+"/v2/reconstructions/"+f.v1.hash.String(), o.token(t, "models/"+hubA, "read"), nil); st != http.StatusNotFound {
-			t.Fatalf("CAS reconstruction in a's scope after its delete: %d, want 404", st)
-		}
+		f.checkAll(t, o, "after the refused CAS deletes and two collections")
+		checkDownload(t, o.client(t, o.token(t, "models/"+hubA, "read")), f.v1.hash, f.v1.data)
 		for i, r := range reps {
-			if r.Condemned != 0 || r.Swept != 0 || r.ObjectsDeleted != 0 {
-				t.Fatalf("gc %d after the scope delete: %+v; want nothing condemned or swept", i+1, r)
+			if r.Condemned != 0 || r.Swept != 0 || r.ObjectsDeleted != 0 || r.HubBlobs != 0 {
+				t.Fatalf("gc %d after the refused deletes: %+v; want nothing condemned or swept", i+1, r)
 			}
+		}
+		if blobs := o.storeObjects(t, "hub"); len(blobs) != 2 {
+			t.Fatalf("hub objects: %v; want the two inline files", blobs)
 		}
 
 		f.deleteC(t, o)
@@ -236,23 +249,51 @@ func TestHubGCRoots(t *testing.T) {
 		}
 		f.checkAll(t, o, "after repository c was deleted and collected")
 
-		// Deleting a, whose scope sees nothing any more (the visibility drop finds nothing: no
-		// error): none of its revisions roots anything, and the store empties.
+		// c's inline file is also a's first revision's: both blobs stay.
+		if blobs := o.storeObjects(t, "hub"); len(blobs) != 2 {
+			t.Fatalf("hub objects after deleting c: %v; want both inline files (a names them)", blobs)
+		}
+
+		// Deleting a: none of its revisions roots anything, and the store empties. Its inline
+		// files, which no commit names any more (written more than a grace ago), go to the
+		// trash in the first run and for good a grace later; a commit storing the same content
+		// again in between is served, and the second run keeps it.
 		hubRepo(t, o, f.wa, "acme", "hub-a", true)
 		if st, _ := hubGet(t, o, hubA, "main", "model.bin"); st != http.StatusNotFound {
 			t.Fatalf("resolve in deleted repository a: %d, want 404", st)
 		}
-		if r := o.gc(t, 0); r.Condemned != 3 {
-			t.Fatalf("first gc after deleting a: %+v; want its 3 xorbs condemned", r)
+		if r := o.gc(t, 0); r.Condemned != 3 || r.HubBlobs != 0 {
+			t.Fatalf("first gc after deleting a: %+v; want its 3 xorbs condemned, no blob deleted yet", r)
 		}
+		cfg1Key := "hub/blobs/" + sha256hex([]byte(`{"v":1}`))
+		if hubObjs := o.storeObjects(t, "hub"); len(hubObjs) != 2 || hubObjs[cfg1Key] != 0 {
+			t.Fatalf("hub objects after the first gc: %v; want both inline files in the trash", hubObjs)
+		}
+		wd := o.token(t, "models/acme/hub-d", "write")
+		hubRepo(t, o, wd, "acme", "hub-d", false)
+		fd := makeFile(makeXorb(mrand.New(mrand.NewPCG(97, 98)), 2))
+		hubUpload(t, o, wd, fd)
+		revD := hubCommit(t, o, wd, "acme/hub-d", "model.bin", fd, "config.json", []byte(`{"v":1}`))
 		time.Sleep(1100 * time.Millisecond)
-		if r := o.gc(t, 0); r.Swept != 3 || r.ObjectsDeleted != 3 {
-			t.Fatalf("second gc after deleting a: %+v; want its 3 xorbs swept", r)
+		r := o.gc(t, 0)
+		if r.Swept != 3 || r.HubBlobs != 1 || r.HubBlobBytes != uint64(len(`{"v":2}`)) || r.ObjectsDeleted != 4 {
+			t.Fatalf("second gc after deleting a: %+v; want its 3 xorbs swept and the trashed {\"v\":2} deleted", r)
 		}
-		if left := o.xorbObjects(t); len(left) != 0 {
-			t.Errorf("xorbs left after deleting every repository: %v", left)
+		if left := o.xorbObjects(t); len(left) != 1 || left[xorbObjectKey(fd.xorbs[0])] == 0 {
+			t.Errorf("xorbs left after deleting every repository but d: %v", left)
+		}
+		if hubObjs := o.storeObjects(t, "hub"); len(hubObjs) != 1 || hubObjs[cfg1Key] == 0 {
+			t.Fatalf("hub objects after the second gc: %v; want only d's inline file", hubObjs)
+		}
+		if st, b := hubGet(t, o, "acme/hub-d", revD, "config.json"); st != http.StatusOK || string(b) != `{"v":1}` {
+			t.Fatalf("d's inline file: %d %q", st, b)
 		}
 	})
+}
+
+func sha256hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
 
 // TestHubGCRootsBackground is TestHubGCRoots with the origin's background collector (gc.interval
@@ -264,7 +305,7 @@ func TestHubGCRootsBackground(t *testing.T) {
 		withGCConfig(t, o, "200ms")
 		o.start(t)
 		f := setupHubGC(t, o)
-		f.dropA(t, o)
+		f.refuseDropA(t, o)
 		f.deleteC(t, o)
 		if err := eventually(30*time.Second, func() error { return f.cCollected(t, o) }); err != nil {
 			t.Fatal(err)

@@ -63,6 +63,12 @@ func (o *proc) usage(t *testing.T, scope ...string) usageAnswer {
 // (the local directory, or the MinIO bucket of o's configuration), by key.
 func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 	t.Helper()
+	return o.storeObjects(t, "xorbs")
+}
+
+// storeObjects is xorbObjects for the objects under top ("xorbs", "shards", "hub").
+func (o *proc) storeObjects(t *testing.T, top string) map[string]int64 {
+	t.Helper()
 	out := map[string]int64{}
 	var cfg struct {
 		Objects struct{ Bucket string } `json:"objects"`
@@ -78,7 +84,7 @@ func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 	}
 	if cfg.Objects.Bucket == "" { // local disk under the data directory
 		root := filepath.Join(o.dir, "objects")
-		err := filepath.WalkDir(filepath.Join(root, "xorbs"), func(p string, d fs.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(root, top), func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
@@ -91,7 +97,9 @@ func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 			}
 			// objstore.Local keeps key "xorbs/default/H" at xorbs/default/_HH/H.
 			rel, _ := filepath.Rel(root, filepath.Dir(filepath.Dir(p)))
-			out[filepath.ToSlash(rel)+"/"+d.Name()] = st.Size()
+			if strings.HasPrefix(filepath.Base(filepath.Dir(p)), "_") {
+				out[filepath.ToSlash(rel)+"/"+d.Name()] = st.Size()
+			}
 			return nil
 		})
 		if err != nil {
@@ -106,7 +114,7 @@ func (o *proc) xorbObjects(t *testing.T) map[string]int64 {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for obj := range c.ListObjects(ctx, cfg.Objects.Bucket, minio.ListObjectsOptions{Prefix: "xorbs/", Recursive: true}) {
+	for obj := range c.ListObjects(ctx, cfg.Objects.Bucket, minio.ListObjectsOptions{Prefix: top + "/", Recursive: true}) {
 		if obj.Err != nil {
 			t.Fatal(obj.Err)
 		}

@@ -128,8 +128,9 @@ func (e *Errors) Status(err error) (status int, code string) {
 // Write answers err as {"error": message, "code": code}. 503 answers carry Retry-After.
 //
 // The message tells the client what was wrong with its request, never what the server holds:
-// only the statuses of detailedStatus (400, 401, 403, 405, 408, 413, 429: a malformed request, a
-// missing or insufficient token, a body too big or too slow, too many requests) carry err's text, which describes
+// only the statuses of detailedStatus (400, 401, 403, 405, 408, 409, 413, 429: a malformed request, a
+// missing or insufficient token, a request its own scope refuses, a body too big or too slow,
+// too many requests) carry err's text, which describes
 // the request itself. Every other status gets the fixed text of publicMessage — no driver
 // error (`sql: no rows in result set`), internal route, scope, object key or stored size
 // reaches a client through a 404, 416 or 5xx — and the detail goes to the log with the request
@@ -166,7 +167,7 @@ func detailedStatus(status int) bool {
 	switch status {
 	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
 		http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge,
-		http.StatusTooManyRequests:
+		http.StatusTooManyRequests, http.StatusConflict:
 		return true
 	}
 	return false

@@ -267,3 +267,20 @@ func (c *LayoutCache) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error 
 func (c *LayoutCache) LockCollector(ctx context.Context) (func(), error) {
 	return c.next.LockCollector(ctx)
 }
+
+// Dead shards (ShardLifecycle): layouts are not affected.
+
+// Shards implements Index through the wrapped index.
+func (c *LayoutCache) Shards(ctx context.Context, after hash.Hash, limit int) ([]ShardEntry, error) {
+	return c.next.Shards(ctx, after, limit)
+}
+
+// CondemnShards implements Index through the wrapped index.
+func (c *LayoutCache) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	return c.next.CondemnShards(ctx, condemn, revive, at)
+}
+
+// SweepShards implements Index through the wrapped index.
+func (c *LayoutCache) SweepShards(ctx context.Context, cands []ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	return c.next.SweepShards(ctx, cands, condemnedBefore)
+}

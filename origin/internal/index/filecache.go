@@ -303,3 +303,21 @@ func (c *FileCache) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
 func (c *FileCache) LockCollector(ctx context.Context) (func(), error) {
 	return c.next.LockCollector(ctx)
 }
+
+// Dead shards (ShardLifecycle).
+
+// Shards implements Index through the wrapped index.
+func (c *FileCache) Shards(ctx context.Context, after hash.Hash, limit int) ([]ShardEntry, error) {
+	return c.next.Shards(ctx, after, limit)
+}
+
+// CondemnShards implements Index through the wrapped index.
+func (c *FileCache) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	return c.next.CondemnShards(ctx, condemn, revive, at)
+}
+
+// SweepShards implements Index through the wrapped index. The records it deletes are of files
+// no scope sees; a cached record is only ever served with a positive visibility answer.
+func (c *FileCache) SweepShards(ctx context.Context, cands []ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	return c.next.SweepShards(ctx, cands, condemnedBefore)
+}

@@ -23,8 +23,10 @@
 //	visibility      (scope, file) PK                               File(h, scope), Hide
 //
 //	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order),  ShardBody
-//	                  ▲         body (the shard itself when kept inline; NULL = in the object store)
+//	                  ▲         body (the shard itself when kept inline; NULL = in the object store),
+//	                  │         files (n × 32 bytes, sorted; NULL before it was recorded)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
+//	dedup_shard     index on dedup(shard)                          SweepShards
 //
 //	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at,
 //	                            xorbs (a sweep's: the xorbs it removed; NULL otherwise)
@@ -34,6 +36,8 @@
 //	condemned       xorb PK ─── at                                 Condemn, Revive (lifecycle.go)
 //	swept           xorb PK ─── at, done (object deleted)          Sweep, Swept, ObjectsDeleted
 //	visibility_file index on visibility(file)                      Files, Sweep re-check
+//	condemned_shards shard PK ── at                                CondemnShards, SweepShards
+//	possession_xorb index on possession(xorb)                      Sweep
 //
 // A shard body is kept inline in its shard row when the caller passes it in the Registration
 // (ingest does so up to a size threshold, see docs/decisions.md): it is then durable with the
@@ -43,11 +47,13 @@
 // transaction, so a reference can only ever point at a row committed with it or before it.
 // Everything is immutable except visibility rows, which Hide and Delete remove (and RegisterShard
 // of a shard under a scope adds again), and what garbage collection removes (Lifecycle: xorb
-// rows, the records of files no scope sees, dedup entries of swept xorbs' chunks).
+// rows, the records of files no scope sees, dedup entries of swept xorbs' chunks, possession
+// rows of swept xorbs, dead shard rows and the dedup entries naming them).
 //
 // A possession row says that a writer of scope uploaded the xorb's bytes itself (a validated
 // POST, new or already stored); ingest requires one where a hash alone would let a shard claim
-// the bytes (docs/security.md, "What a hash grants"). Possession rows are never deleted.
+// the bytes (docs/security.md, "What a hash grants"). Possession rows go with the scope (Delete
+// of the whole scope) or with the bytes (Sweep of the xorb).
 //
 // # Concurrency
 //

@@ -45,8 +45,8 @@ type Lifecycle interface {
 	Revive(ctx context.Context, xs []hash.Hash) error
 	// Sweep removes from the index, in one transaction serialised with every registration
 	// and PutXorb, each candidate that is still condemned since before condemnedBefore and
-	// none of whose DeadFiles is visible: its xorb row, its condemnation and the records of
-	// its DeadFiles, and records it as swept (object deletion pending: PutXorb of it fails
+	// none of whose DeadFiles is visible: its xorb row, its condemnation, the possession rows
+	// naming it (every scope's) and the records of its DeadFiles, and records it as swept (object deletion pending: PutXorb of it fails
 	// with ErrUnavailable until ObjectsDeleted). It returns the xorbs swept.
 	Sweep(ctx context.Context, cands []SweepCandidate, condemnedBefore time.Time) ([]hash.Hash, error)
 	// Swept returns up to limit swept xorbs whose objects may still exist, in hash order.
@@ -58,6 +58,7 @@ type Lifecycle interface {
 	// index (Postgres: a session advisory lock; SQLite: a lock file beside the database), or
 	// fails at once with an error wrapping ErrCollectorBusy. The caller calls release once.
 	LockCollector(ctx context.Context) (release func(), err error)
+	ShardLifecycle
 }
 
 // ErrCollectorBusy: another garbage collection holds the collector's lock.
@@ -111,4 +112,46 @@ type VisibleKey struct {
 type VisibleFile struct {
 	VisibleKey
 	Record []byte
+}
+
+// ShardLifecycle is part of Lifecycle: collecting dead shard rows (docs/decisions.md, "Dead
+// shards"). A shard row is only reached through the dedup entries naming it; its files' records
+// and visibility are rows of their own. A shard is dead when none of its files is visible (nor a
+// root), it was registered before the grace period, and its entries answer nothing: no dedup
+// entry names it any more (newer registrations took them over), or every xorb it offers is
+// condemned or gone. Collecting it removes its row, the dedup entries naming it
+// (index dedup_shard) and the records of its files no scope sees; its object, when its body is
+// not inline, is then deleted by the collector. The same condemn → grace → sweep discipline as
+// for xorbs: a shard is swept only when it was condemned before the grace period began.
+type ShardLifecycle interface {
+	// Shards returns up to limit shard rows with hash > after, in hash order. Limits as Files.
+	Shards(ctx context.Context, after hash.Hash, limit int) ([]ShardEntry, error)
+	// CondemnShards marks the shards of condemn not condemned yet as condemned since at, and
+	// removes the condemnation of those of revive, in one transaction.
+	CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error
+	// SweepShards removes, in one transaction serialised with every registration, each
+	// candidate still condemned since before condemnedBefore none of whose Files is visible:
+	// its shard row, its condemnation, the dedup entries naming it and the records of its Files
+	// (none visible). It returns the shards swept. At most MaxSweep candidates.
+	SweepShards(ctx context.Context, cands []ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error)
+}
+
+// ShardEntry is one shard row.
+type ShardEntry struct {
+	Hash  hash.Hash
+	Xorbs []hash.Hash // what its dedup entries offer (Registration.Xorbs)
+	// Files are its files, sorted; nil with FilesKnown false for a shard registered before the
+	// index recorded them (its body has them).
+	Files      []hash.Hash
+	FilesKnown bool
+	Named      bool      // a dedup entry names it
+	Registered time.Time // first registration
+	Inline     bool      // its body is in the row (else in the object store, under its key)
+	Condemned  time.Time // zero: not condemned
+}
+
+// ShardCandidate is a condemned shard and its files (from its body).
+type ShardCandidate struct {
+	Shard hash.Hash
+	Files []hash.Hash
 }

@@ -248,3 +248,26 @@ func (m *Metrics) LockCollector(ctx context.Context) (func(), error) {
 	m.observe("LockCollector", start, err)
 	return release, err
 }
+
+// Dead shards (ShardLifecycle).
+
+func (m *Metrics) Shards(ctx context.Context, after hash.Hash, limit int) ([]ShardEntry, error) {
+	start := time.Now()
+	out, err := m.next.Shards(ctx, after, limit)
+	m.observe("Shards", start, err)
+	return out, err
+}
+
+func (m *Metrics) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	start := time.Now()
+	err := m.next.CondemnShards(ctx, condemn, revive, at)
+	m.observe("CondemnShards", start, err)
+	return err
+}
+
+func (m *Metrics) SweepShards(ctx context.Context, cands []ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	start := time.Now()
+	out, err := m.next.SweepShards(ctx, cands, condemnedBefore)
+	m.observe("SweepShards", start, err)
+	return out, err
+}

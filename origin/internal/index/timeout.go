@@ -179,3 +179,23 @@ func (t *Timeouts) ObjectsDeleted(ctx context.Context, xs []hash.Hash) error {
 func (t *Timeouts) LockCollector(ctx context.Context) (func(), error) {
 	return Bound(ctx, t.d, "index", func(ctx context.Context) (func(), error) { return t.next.LockCollector(ctx) })
 }
+
+// Dead shards (ShardLifecycle). A SweepShards cut off may still commit; the collector then
+// finds the shards gone on its next run.
+
+func (t *Timeouts) Shards(ctx context.Context, after hash.Hash, limit int) ([]ShardEntry, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]ShardEntry, error) { return t.next.Shards(ctx, after, limit) })
+}
+
+func (t *Timeouts) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.next.CondemnShards(ctx, condemn, revive, at)
+	})
+	return err
+}
+
+func (t *Timeouts) SweepShards(ctx context.Context, cands []ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) {
+		return t.next.SweepShards(ctx, cands, condemnedBefore)
+	})
+}

@@ -24,6 +24,8 @@ type CollectorOptions struct {
 	Grace    time.Duration // checked by the configuration (CheckGrace)
 	// Roots are passed to every run (GCOptions.Roots): the hub's repositories.
 	Roots []Roots
+	// Blobs are passed to every run (GCOptions.Blobs): the hub's inline files.
+	Blobs []ObjectCollector
 	// UsageEvery is how often the usage gauges are refreshed when Interval is 0 (default 15m);
 	// with garbage collection on, they are refreshed after every run.
 	UsageEvery time.Duration
@@ -45,6 +47,9 @@ type Metrics struct {
 	orphans     prometheus.Counter
 	condemned   prometheus.Gauge
 	usage       map[string]prometheus.Gauge
+	// Dead shards and hub blobs.
+	sweptShards prometheus.Counter
+	blobs       prometheus.Counter
 }
 
 // NewMetrics registers the collector's metrics on reg (nil: registered nowhere).
@@ -69,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		condemned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_condemned_xorbs",
 			Help: "Xorbs the last run found unreferenced and newly condemned."}),
 		usage: map[string]prometheus.Gauge{},
+		sweptShards: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_swept_shards_total",
+			Help: "Dead shards garbage collection removed from the index (their rows, dedup entries and objects)."}),
+		blobs: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_hub_blobs_total",
+			Help: "Hub inline-file objects no commit references that garbage collection deleted; also in xet_origin_gc_deleted_objects_total."}),
 	}
 	for _, u := range []struct{ name, help string }{
 		{"xet_origin_usage_logical_bytes", "Sum of the sizes of the visible files over all scopes."},
@@ -80,7 +89,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.usage[u.name] = prometheus.NewGauge(prometheus.GaugeOpts{Name: u.name, Help: u.help + " Refreshed by the background collector."})
 	}
 	if reg != nil {
-		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.orphans, m.condemned)
+		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.orphans, m.condemned,
+			m.sweptShards, m.blobs)
 		for _, g := range m.usage {
 			reg.MustRegister(g)
 		}
@@ -134,12 +144,14 @@ func RunCollector(ctx context.Context, ix CollectorIndex, objs GCObjects, m *Met
 }
 
 func collectOnce(ctx context.Context, ix GCIndex, objs GCObjects, m *Metrics, o CollectorOptions) {
-	rep, err := GC(ctx, ix, objs, GCOptions{Grace: o.Grace, Roots: o.Roots, Log: o.Log, Failpoint: o.Failpoint})
+	rep, err := GC(ctx, ix, objs, GCOptions{Grace: o.Grace, Roots: o.Roots, Blobs: o.Blobs, Log: o.Log, Failpoint: o.Failpoint})
 	m.lastSeconds.Set(rep.Seconds)
 	m.reclaimed.Add(float64(rep.BytesReclaimed))
 	m.deleted.Add(float64(rep.ObjectsDeleted))
 	m.swept.Add(float64(rep.Swept))
 	m.orphans.Add(float64(rep.Orphans))
+	m.sweptShards.Add(float64(rep.ShardsSwept))
+	m.blobs.Add(float64(rep.Blobs))
 	switch {
 	case errors.Is(err, index.ErrCollectorBusy):
 		m.runs.WithLabelValues("busy").Inc()

@@ -28,6 +28,10 @@ type GCIndex interface {
 	// The orphan pass's re-checks (orphans.go).
 	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
 	ShardBody(ctx context.Context, h hash.Hash) ([]byte, error)
+	// Dead shards (shards.go).
+	Shards(ctx context.Context, after hash.Hash, limit int) ([]index.ShardEntry, error)
+	CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error
+	SweepShards(ctx context.Context, cands []index.ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error)
 }
 
 // GCObjects is the part of the object store garbage collection uses.
@@ -78,10 +82,37 @@ type Roots interface {
 	Files(ctx context.Context, fn func(file hash.Hash) error) error
 }
 
+// ObjectCollector collects objects a layer above the index keeps in the store (the hub's
+// inline blobs): it runs last in every collection, under the collector's lock, and deletes (dry
+// run: only counts) the objects it owns that nothing references and that were written before
+// cutoff (now - Grace), returning how many and their bytes.
+type ObjectCollector interface {
+	CollectObjects(ctx context.Context, cutoff time.Time, dryRun bool) (objects int64, bytes uint64, err error)
+}
+
+// collectBlobs runs o.Blobs.
+func collectBlobs(ctx context.Context, cutoff time.Time, o GCOptions, rep *Report) error {
+	for _, c := range o.Blobs {
+		n, b, err := c.CollectObjects(ctx, cutoff, o.DryRun)
+		rep.Blobs += n
+		rep.BlobBytes += b
+		if !o.DryRun {
+			rep.ObjectsDeleted += n
+			rep.BytesReclaimed += b
+		}
+		if err != nil {
+			return fmt.Errorf("gc: %w", err)
+		}
+	}
+	return nil
+}
+
 // GCOptions configure GC.
 type GCOptions struct {
 	// Roots, when set, are walked before the mark (see Roots).
 	Roots []Roots
+	// Blobs are run last (see ObjectCollector).
+	Blobs []ObjectCollector
 	// Grace is how long a xorb stays condemned (offered by no dedup answer, revived by any
 	// registration referencing it) before it is swept. Check it with CheckGrace.
 	Grace  time.Duration
@@ -98,6 +129,7 @@ const (
 	StepIndexSwept  = "index-swept"  // index rows removed, objects not yet deleted
 	StepObjectBatch = "object-batch" // one batch of objects deleted, more may follow
 	StepOrphan      = "orphan"       // one orphan object deleted, more may follow
+	// StepShardObject (shards.go) comes between StepObjectBatch and StepOrphan.
 )
 
 // Report is what one collection found and did.
@@ -121,8 +153,20 @@ type Report struct {
 	OrphanBytes uint64 `json:"orphan_bytes"`
 	// OrphansRestored: orphans put back because an upload indexed them while they were being
 	// deleted (not counted as deleted).
-	OrphansRestored int64   `json:"orphans_restored"`
-	Seconds         float64 `json:"seconds"`
+	OrphansRestored int64 `json:"orphans_restored"`
+	// Dead shards (shards.go): rows scanned, newly condemned, condemned for longer than the
+	// grace period, removed from the index by this run, and their objects deleted (also in
+	// ObjectsDeleted and BytesReclaimed; an object left by a run killed before deleting it is
+	// an orphan of the next run).
+	Shards          int64 `json:"shards"`
+	ShardsCondemned int64 `json:"shards_condemned"`
+	ShardsSweepable int64 `json:"shards_sweepable"`
+	ShardsSwept     int64 `json:"shards_swept"`
+	ShardObjects    int64 `json:"shard_objects_deleted"`
+	// Hub blobs (GCOptions.Blobs): inline files of no commit, deleted (dry run: found).
+	Blobs     int64   `json:"hub_blobs"`
+	BlobBytes uint64  `json:"hub_blob_bytes"`
+	Seconds   float64 `json:"seconds"`
 }
 
 // GC runs one garbage collection (docs/decisions.md, "Data lifecycle"):
@@ -134,8 +178,12 @@ type Report struct {
 //     pick those condemned since before now - Grace as sweep candidates;
 //  3. sweep the index: remove the candidates' rows (with the dead records referencing them)
 //     in batches, each serialised with registrations, re-checking under that serialisation;
-//  4. delete the swept xorbs' objects, then record them deleted;
-//  5. delete the orphans: objects with no index row, written before now - Grace (orphans.go).
+//     Then the dead shards (shards.go): condemn, revive, and sweep those condemned before
+//     now - Grace (rows, the dedup entries naming them, their dead files' records);
+//  4. delete the swept xorbs' objects, then record them deleted; delete the swept shards'
+//     objects (as orphans: a copy kept until the index is re-read);
+//  5. delete the orphans: objects with no index row, written before now - Grace (orphans.go);
+//  6. run the object collectors of the layers above (Blobs: the hub's inline files).
 //
 // Each step is idempotent and the state between steps is in the index, so a run killed at any
 // point is finished by the next. The index first, then the objects: an object is deleted only
@@ -185,6 +233,7 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 	}
 	live := make(map[hash.Hash]bool)
 	dead := make(map[hash.Hash][]hash.Hash) // xorb -> dead files referencing it
+	var visible visibleSet                  // visible or rooted files (shards.go)
 	var after hash.Hash
 	for {
 		page, err := ix.Files(ctx, after, index.MaxScanPage)
@@ -203,6 +252,8 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 			f.Visible = f.Visible || rooted[f.Hash]
 			if !f.Visible {
 				rep.DeadFiles++
+			} else if p := prefix(f.Hash); len(visible) == 0 || visible[len(visible)-1] != p {
+				visible = append(visible, p)
 			}
 			for _, t := range rec.Terms {
 				if f.Visible {
@@ -250,7 +301,13 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 		for _, c := range cands {
 			rep.SweptBytes += sizes[c.Xorb]
 		}
+		if _, err := markShards(ctx, ix, objs, live, visible, rooted, now, cutoff, o, rep); err != nil {
+			return rep, err
+		}
 		if err := collectOrphans(ctx, ix, objs, live, cutoff, o, rep, fail); err != nil {
+			return rep, err
+		}
+		if err := collectBlobs(ctx, cutoff, o, rep); err != nil {
 			return rep, err
 		}
 		return rep, nil
@@ -280,16 +337,33 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 			rep.SweptBytes += sizes[x]
 		}
 	}
+	// Dead shards, after the xorb sweep (which dropped the dedup entries of the swept xorbs'
+	// chunks, so a shard whose entries all went is found unnamed in this run).
+	sm, err := markShards(ctx, ix, objs, live, visible, rooted, now, cutoff, o, rep)
+	if err != nil {
+		return rep, err
+	}
+	shardObjects, err := sweepShards(ctx, ix, sm, cutoff, rep)
+	if err != nil {
+		return rep, err
+	}
 	fail(StepIndexSwept)
 
 	if err := deletePending(ctx, ix, objs, rep, fail); err != nil {
 		return rep, err
 	}
+	if err := deleteShardObjects(ctx, ix, objs, shardObjects, o, rep, fail); err != nil {
+		return rep, err
+	}
 	if err := collectOrphans(ctx, ix, objs, live, cutoff, o, rep, fail); err != nil {
 		return rep, err
 	}
+	if err := collectBlobs(ctx, cutoff, o, rep); err != nil {
+		return rep, err
+	}
 	o.Log.InfoContext(ctx, "garbage collection done", "condemned", rep.Condemned, "revived", rep.Revived,
-		"swept", rep.Swept, "orphans", rep.Orphans, "objects_deleted", rep.ObjectsDeleted,
+		"swept", rep.Swept, "shards_swept", rep.ShardsSwept, "orphans", rep.Orphans, "hub_blobs", rep.Blobs,
+		"objects_deleted", rep.ObjectsDeleted,
 		"bytes_reclaimed", rep.BytesReclaimed, "seconds", time.Since(start).Seconds())
 	return rep, nil
 }

@@ -69,7 +69,13 @@ func collectOrphans(ctx context.Context, ix GCIndex, objs GCObjects, live map[ha
 				rep.OrphanBytes += uint64(obj.Size)
 				return nil
 			}
-			return deleteOrphan(ctx, objs, obj, indexed, o, rep, fail)
+			deleted, err := deleteOrphan(ctx, objs, obj, indexed, o, rep)
+			if deleted {
+				rep.Orphans++
+				rep.OrphanBytes += uint64(obj.Size)
+				fail(StepOrphan)
+			}
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("gc: orphans under %s: %w", prefix, err)
@@ -100,19 +106,20 @@ func isIndexed(ctx context.Context, ix GCIndex, isXorb bool, h hash.Hash) (bool,
 const maxOrphanCopy = 1 << 30
 
 // deleteOrphan deletes obj, keeping a copy of its bytes, and puts the copy back when indexed
-// reports a row after the deletion (see collectOrphans).
+// reports a row after the deletion (see collectOrphans). It reports whether obj was deleted (and
+// counted in ObjectsDeleted and BytesReclaimed).
 func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, indexed func() (bool, error),
-	o GCOptions, rep *Report, fail func(string)) error {
+	o GCOptions, rep *Report) (bool, error) {
 	if obj.Size > maxOrphanCopy {
 		o.Log.WarnContext(ctx, "orphan object too large to collect safely, left in place", "key", obj.Key, "size", obj.Size)
-		return nil
+		return false, nil
 	}
 	rc, size, err := objs.Get(ctx, obj.Key)
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil // deleted meanwhile
+		return false, nil // deleted meanwhile
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", obj.Key, err)
+		return false, fmt.Errorf("read %s: %w", obj.Key, err)
 	}
 	body, err := io.ReadAll(io.LimitReader(rc, maxOrphanCopy+1))
 	rc.Close()
@@ -120,29 +127,26 @@ func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, 
 		err = fmt.Errorf("%w: read %d bytes of %d", objstore.ErrSize, len(body), size)
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", obj.Key, err)
+		return false, fmt.Errorf("read %s: %w", obj.Key, err)
 	}
 	if err := objs.Delete(ctx, obj.Key); err != nil {
-		return fmt.Errorf("delete %s: %w", obj.Key, err)
+		return false, fmt.Errorf("delete %s: %w", obj.Key, err)
 	}
 	ok, err := indexed()
 	if err == nil && !ok {
-		rep.Orphans++
-		rep.OrphanBytes += uint64(size)
 		rep.ObjectsDeleted++
 		rep.BytesReclaimed += uint64(size)
-		fail(StepOrphan)
-		return nil
+		return true, nil
 	}
 	// Indexed meanwhile, or unknown: put the bytes back (the same bytes any row of this key
 	// describes; Put keeps them whole). Not knowing counts as indexed.
 	if perr := objs.Put(ctx, obj.Key, bytes.NewReader(body), size); perr != nil {
-		return fmt.Errorf("restore %s after deleting it: %w (index re-check: %v)", obj.Key, perr, err)
+		return false, fmt.Errorf("restore %s after deleting it: %w (index re-check: %v)", obj.Key, perr, err)
 	}
 	if err != nil {
-		return fmt.Errorf("re-check %s after deleting it (object restored): %w", obj.Key, err)
+		return false, fmt.Errorf("re-check %s after deleting it (object restored): %w", obj.Key, err)
 	}
 	rep.OrphansRestored++
-	o.Log.WarnContext(ctx, "orphan object indexed during its deletion, restored", "key", obj.Key)
-	return nil
+	o.Log.WarnContext(ctx, "object indexed during its deletion, restored", "key", obj.Key)
+	return false, nil
 }

@@ -229,7 +229,7 @@ func testGCRace(t *testing.T, b backend, versions int) {
 		}
 		return nil
 	}
-	var swept, reclaimed int64
+	var swept, shardsSwept, reclaimed int64
 	for running := true; running; {
 		select {
 		case <-done:
@@ -242,6 +242,7 @@ func testGCRace(t *testing.T, b backend, versions int) {
 		}
 		cycles.Add(1)
 		swept += rep.Swept
+		shardsSwept += rep.ShardsSwept
 		reclaimed += int64(rep.BytesReclaimed)
 		if err := verify(); err != nil {
 			cancel()
@@ -267,6 +268,6 @@ func testGCRace(t *testing.T, b backend, versions int) {
 	if swept == 0 {
 		t.Error("no collection swept anything: the race was not exercised")
 	}
-	t.Logf("%d uploads acknowledged (%d retried attempts), %d gc cycles, %d xorbs swept, %d bytes reclaimed, %d files visible at the end",
-		acked.Load(), retries.Load(), cycles.Load(), swept, reclaimed, len(visible))
+	t.Logf("%d uploads acknowledged (%d retried attempts), %d gc cycles, %d xorbs and %d shards swept, %d bytes reclaimed, %d files visible at the end",
+		acked.Load(), retries.Load(), cycles.Load(), swept, shardsSwept, reclaimed, len(visible))
 }

@@ -69,7 +69,26 @@ func (s *Server) adminDelete(w http.ResponseWriter, r *http.Request) error {
 	return s.delete(w, r, req.Scope, req.Files)
 }
 
+// ErrHubRepository: a CAS-level delete in the scope of a Hub repository (409). Its content is
+// its commits: dropping the scope's visibility under them would break hf_xet downloads of every
+// revision (docs/decisions.md, "CAS deletes of Hub repositories").
+var ErrHubRepository = errors.New("the scope is a Hub repository")
+
+// HubRepositoryError is the refusal of a CAS-level delete in scope, naming the routes to use.
+func HubRepositoryError(scope string) error {
+	return fmt.Errorf("%w: %q is a Hub repository: delete the repository with DELETE /api/repos/delete, "+
+		"or its files with a commit (deletedFile); a CAS delete under its commits would break them", ErrHubRepository, scope)
+}
+
 func (s *Server) delete(w http.ResponseWriter, r *http.Request, scope string, files []hash.Hash) error {
+	if s.hub != nil {
+		switch repo, err := s.hub.IsRepository(r.Context(), scope); {
+		case err != nil:
+			return fmt.Errorf("%w: %w", httpapi.ErrUnavailable, err)
+		case repo:
+			return HubRepositoryError(scope)
+		}
+	}
 	n, err := s.idx.Delete(r.Context(), scope, files)
 	if err != nil {
 		if errors.Is(err, index.ErrInvalid) {

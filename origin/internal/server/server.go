@@ -216,6 +216,7 @@ func New(o Options) (*Server, error) {
 func baseRules() []httpapi.Rule {
 	return []httpapi.Rule{
 		{Err: index.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
+		{Err: ErrHubRepository, Status: http.StatusConflict, Code: "hub_repository"},
 		{Err: index.ErrUnavailable, Status: http.StatusServiceUnavailable, Code: "index_unavailable"},
 		{Err: ErrScopeBusy, Status: http.StatusTooManyRequests, Code: "too_many_uploads"},
 		{Err: ErrIngestBusy, Status: http.StatusServiceUnavailable, Code: "ingest_busy"},

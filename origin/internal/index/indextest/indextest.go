@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"Visible", testVisible},
 		{"Collect", testCollect},
 		{"CollectorLock", testCollectorLock},
+		{"CollectShards", testCollectShards},
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},

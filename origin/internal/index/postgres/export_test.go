@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // ExplainLookups fills every table with n synthetic rows (1,000 scopes), analyzes them and
@@ -47,6 +49,9 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		"HideScope": {qHideScope, []any{"models/s/7"}},
 		"HideFiles": {qHideFiles, []any{"models/s/7", [][]byte{k}}},
 		"Possessed": {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
+		// The collector's deletes by the secondary keys (migration 0006).
+		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},
+		"DropPossessionOf": {qDropPossessionOf, []any{[][]byte{k, k}}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {
@@ -108,4 +113,12 @@ func FreshSchema(t testing.TB) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// DedupNaming counts the dedup entries naming shard (indextest checks a shard's sweep leaves
+// none behind: they would answer nothing, through a join, and stay forever).
+func (db *DB) DedupNaming(ctx context.Context, shard hash.Hash) (int, error) {
+	var n int
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM dedup WHERE shard = $1`, shard[:]).Scan(&n)
+	return n, err
 }

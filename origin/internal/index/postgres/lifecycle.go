@@ -322,6 +322,9 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 		// collector's (no other transaction takes both).
 		batch.Queue(`SELECT pg_advisory_xact_lock($1)`, lockEvents)
 		batch.Queue(`INSERT INTO events(scope, files, xorbs) VALUES ($1, NULL, $2)`, index.SweepScope, index.JoinHashes(swept))
+		// Every scope's possession rows of the swept xorbs: a proof of holding bytes that are
+		// gone. After the events lock, as a scope's Delete takes them (no lock-order cycle).
+		batch.Queue(qDropPossessionOf, args)
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
@@ -529,4 +532,159 @@ func (db *DB) LockCollector(ctx context.Context) (func(), error) {
 		}
 		conn.Release()
 	}, nil
+}
+
+// Dead shards (index.ShardLifecycle). SweepShards holds lockGC exclusively, like Sweep, so a
+// registration of the same shard (or of one of its files) is wholly before or after it.
+const (
+	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL, EXISTS (SELECT 1 FROM dedup d WHERE d.shard = s.hash), s.at, s.body IS NOT NULL, c.at FROM shards s
+LEFT JOIN condemned_shards c ON c.shard = s.hash WHERE s.hash > $1 ORDER BY s.hash LIMIT $2`
+	qCondemnShards = `INSERT INTO condemned_shards(shard, at)
+SELECT s.hash, $2 FROM shards s WHERE s.hash = ANY($1::bytea[]) ORDER BY s.hash ON CONFLICT DO NOTHING`
+	qReviveShards     = `DELETE FROM condemned_shards WHERE shard = ANY($1::bytea[])`
+	qSweepShardsPick  = `SELECT shard FROM condemned_shards WHERE shard = ANY($1::bytea[]) AND at < $2 ORDER BY shard FOR UPDATE`
+	qDropShardDedup   = `DELETE FROM dedup WHERE shard = ANY($1::bytea[])`
+	qDropShards       = `DELETE FROM shards WHERE hash = ANY($1::bytea[])`
+	qDropPossessionOf = `DELETE FROM possession WHERE xorb = ANY($1::bytea[])`
+)
+
+// Shards implements index.ShardLifecycle.
+func (db *DB) Shards(ctx context.Context, after hash.Hash, limit int) ([]index.ShardEntry, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	var out []index.ShardEntry
+	err := db.retry(ctx, func() error {
+		out = nil
+		rows, err := db.pool.Query(ctx, qShardsScan, after[:], scanLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				e         index.ShardEntry
+				h, xs, fs []byte
+				at        time.Time
+				condemned *time.Time
+			)
+			if err := rows.Scan(&h, &xs, &fs, &e.FilesKnown, &e.Named, &at, &e.Inline, &condemned); err != nil {
+				return err
+			}
+			if e.Hash, err = index.HashFromBytes(h); err != nil {
+				return err
+			}
+			if e.Xorbs, err = index.SplitHashes(xs); err != nil {
+				return fmt.Errorf("shard %s: %w", e.Hash, err)
+			}
+			if e.FilesKnown {
+				if e.Files, err = index.SplitHashes(fs); err != nil {
+					return fmt.Errorf("shard %s: %w", e.Hash, err)
+				}
+			}
+			e.Registered = at.UTC()
+			if condemned != nil {
+				e.Condemned = condemned.UTC()
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", translate(err))
+	}
+	return out, nil
+}
+
+// CondemnShards implements index.ShardLifecycle.
+func (db *DB) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	if err := db.check(); err != nil {
+		return err
+	}
+	c, r := index.SortedUnique(condemn), index.SortedUnique(revive)
+	if len(c) == 0 && len(r) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		if len(r) > 0 {
+			batch.Queue(qReviveShards, hashArgs(r))
+		}
+		if len(c) > 0 {
+			batch.Queue(qCondemnShards, hashArgs(c), at)
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("condemn shards: %w", translate(err))
+	}
+	return nil
+}
+
+// SweepShards implements index.ShardLifecycle.
+func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	if len(cands) > index.MaxSweep {
+		return nil, fmt.Errorf("%w: sweep of %d shards, at most %d", index.ErrInvalid, len(cands), index.MaxSweep)
+	}
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	files := make(map[hash.Hash][]hash.Hash, len(cands))
+	hs := make([]hash.Hash, 0, len(cands))
+	for _, c := range cands {
+		files[c.Shard] = append(files[c.Shard], c.Files...)
+		hs = append(hs, c.Shard)
+	}
+	var swept []hash.Hash
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		swept = nil
+		if _, err := tx.Exec(ctx, qLockGC, lockGC); err != nil {
+			return err
+		}
+		picked, err := txHashes(ctx, tx, qSweepShardsPick, hashArgs(index.SortedUnique(hs)), condemnedBefore)
+		if err != nil {
+			return err
+		}
+		var all []hash.Hash
+		for _, s := range picked {
+			all = append(all, files[s]...)
+		}
+		visible := map[hash.Hash]bool{}
+		if len(all) > 0 {
+			vs, err := txHashes(ctx, tx, qVisibleAny, hashArgs(index.SortedUnique(all)))
+			if err != nil {
+				return err
+			}
+			for _, v := range vs {
+				visible[v] = true
+			}
+		}
+		var dead []hash.Hash
+	next:
+		for _, s := range picked {
+			for _, f := range files[s] {
+				if visible[f] {
+					continue next // registered again: the next mark revives it
+				}
+			}
+			swept = append(swept, s)
+			dead = append(dead, files[s]...)
+		}
+		if len(swept) == 0 {
+			return nil
+		}
+		args := hashArgs(swept)
+		batch := &pgx.Batch{}
+		batch.Queue(qDropShardDedup, args)
+		batch.Queue(qDropShards, args)
+		batch.Queue(qReviveShards, args)
+		if len(dead) > 0 {
+			batch.Queue(qDropDead, hashArgs(index.SortedUnique(dead)))
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep shards: %w", translate(err))
+	}
+	return swept, nil
 }

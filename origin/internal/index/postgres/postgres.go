@@ -306,8 +306,8 @@ const (
 	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
 	// only statement that inserts into these tables). It returns the shards that were new.
 	qRegister = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs, body)
-	SELECT h, sc, x, b FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[]) AS u(h, sc, x, b) ORDER BY h
+	INSERT INTO shards(hash, scope, xorbs, body, files)
+	SELECT h, sc, x, b, fs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[]) AS u(h, sc, x, b, fs) ORDER BY h
 	ON CONFLICT DO NOTHING RETURNING hash
 ), f AS (
 	INSERT INTO files(hash, record)
@@ -645,10 +645,14 @@ func registerArgs(ops []*regOp) []any {
 
 	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
 	sb := make([][]byte, len(shards)) // nil elements are NULL: no inline body
+	sf := make([][]byte, len(shards)) // the shard's files (index.ShardEntry.Files)
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
 			sx[i] = []byte{}
+		}
+		if sf[i] = index.JoinHashes(b.FileHashes); sf[i] == nil {
+			sf[i] = []byte{}
 		}
 	}
 	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
@@ -663,7 +667,7 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb}
+	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf}
 }
 
 // File implements index.Index.

@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"strings"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // ExplainLookups returns, for every lookup query, SQLite's query plan (the detail column of
@@ -23,6 +25,9 @@ func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
 		"HideFile":      {qHideFile, []any{"s", k}},
 		"HasPossession": {qHasPossession, []any{"s", k}},
 		"Possessed":     {qPossessedPre + ",?)", []any{"s", k, k}},
+		// The collector's deletes by the secondary keys (migration 0005).
+		"DropShardDedup":   {qDropShardDedup, []any{k}},
+		"DropPossessionOf": {qDropPossessionOf, []any{k}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {
@@ -47,4 +52,12 @@ func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
 		out[name] = strings.Join(details, "; ")
 	}
 	return out, nil
+}
+
+// DedupNaming counts the dedup entries naming shard (indextest checks a shard's sweep leaves
+// none behind: they would answer nothing, through a join, and stay forever).
+func (db *DB) DedupNaming(ctx context.Context, shard hash.Hash) (int, error) {
+	var n int
+	err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM dedup WHERE shard = ?`, shard[:]).Scan(&n)
+	return n, err
 }

@@ -286,7 +286,8 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 			if err := dropDedupOf(ctx, tx, c.Xorb); err != nil {
 				return err
 			}
-			for _, q := range []string{qDropXorb, qRevive} {
+			// Every scope's possession row of it: a proof of holding bytes that are gone.
+			for _, q := range []string{qDropXorb, qRevive, qDropPossessionOf} {
 				if _, err := tx.ExecContext(ctx, q, c.Xorb[:]); err != nil {
 					return translate(err)
 				}
@@ -456,4 +457,128 @@ func (db *DB) hashesInto(ctx context.Context, q string, args []any, out map[hash
 		out[h] = true
 	}
 	return translate(rows.Err())
+}
+
+// Dead shards (index.ShardLifecycle). SweepShards runs on the one writer connection, so it is
+// serialised with every registration.
+const (
+	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL, EXISTS (SELECT 1 FROM dedup d WHERE d.shard = s.hash), s.at, s.body IS NOT NULL, c.at FROM shards s
+LEFT JOIN condemned_shards c ON c.shard = s.hash WHERE s.hash > ? ORDER BY s.hash LIMIT ?`
+	qCondemnShard     = `INSERT INTO condemned_shards(shard, at) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM shards WHERE hash = ?) ON CONFLICT DO NOTHING`
+	qReviveShard      = `DELETE FROM condemned_shards WHERE shard = ?`
+	qShardCondemnedAt = `SELECT at FROM condemned_shards WHERE shard = ?`
+	qDropShardDedup   = `DELETE FROM dedup WHERE shard = ?`
+	qDropShard        = `DELETE FROM shards WHERE hash = ?`
+	qDropPossessionOf = `DELETE FROM possession WHERE xorb = ?`
+)
+
+// Shards implements index.ShardLifecycle.
+func (db *DB) Shards(ctx context.Context, after hash.Hash, limit int) ([]index.ShardEntry, error) {
+	if err := db.read(); err != nil {
+		return nil, err
+	}
+	rows, err := db.r.QueryContext(ctx, qShardsScan, after[:], scanLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []index.ShardEntry
+	for rows.Next() {
+		var (
+			e         index.ShardEntry
+			h, xs, fs []byte
+			at        int64
+			condemned sql.NullInt64
+		)
+		if err := rows.Scan(&h, &xs, &fs, &e.FilesKnown, &e.Named, &at, &e.Inline, &condemned); err != nil {
+			return nil, fmt.Errorf("shards: %w", translate(err))
+		}
+		if e.Hash, err = index.HashFromBytes(h); err != nil {
+			return nil, fmt.Errorf("shards: %w", err)
+		}
+		if e.Xorbs, err = index.SplitHashes(xs); err != nil {
+			return nil, fmt.Errorf("shards: %s: %w", e.Hash, err)
+		}
+		if e.FilesKnown {
+			if e.Files, err = index.SplitHashes(fs); err != nil {
+				return nil, fmt.Errorf("shards: %s: %w", e.Hash, err)
+			}
+		}
+		e.Registered = time.Unix(0, at).UTC()
+		if condemned.Valid {
+			e.Condemned = time.Unix(0, condemned.Int64).UTC()
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("shards: %w", translate(err))
+	}
+	return out, nil
+}
+
+// CondemnShards implements index.ShardLifecycle.
+func (db *DB) CondemnShards(ctx context.Context, condemn, revive []hash.Hash, at time.Time) error {
+	c, r := index.SortedUnique(condemn), index.SortedUnique(revive)
+	if len(c) == 0 && len(r) == 0 {
+		return nil
+	}
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := eachHash(ctx, tx, qReviveShard, r, func(h hash.Hash) []any { return []any{h[:]} }); err != nil {
+			return err
+		}
+		return eachHash(ctx, tx, qCondemnShard, c, func(h hash.Hash) []any { return []any{h[:], at.UnixNano(), h[:]} })
+	})
+	if err != nil {
+		return fmt.Errorf("condemn shards: %w", err)
+	}
+	return nil
+}
+
+// SweepShards implements index.ShardLifecycle.
+func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, condemnedBefore time.Time) ([]hash.Hash, error) {
+	if len(cands) > index.MaxSweep {
+		return nil, fmt.Errorf("%w: sweep of %d shards, at most %d", index.ErrInvalid, len(cands), index.MaxSweep)
+	}
+	var swept []hash.Hash
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		swept = swept[:0]
+	next:
+		for _, c := range cands {
+			var at int64
+			switch err := tx.QueryRowContext(ctx, qShardCondemnedAt, c.Shard[:]).Scan(&at); {
+			case errors.Is(err, sql.ErrNoRows):
+				continue // revived (or already swept)
+			case err != nil:
+				return translate(err)
+			}
+			if at >= condemnedBefore.UnixNano() {
+				continue
+			}
+			for _, f := range c.Files {
+				var one int
+				switch err := tx.QueryRowContext(ctx, qFileVisible, f[:]).Scan(&one); {
+				case err == nil:
+					continue next // registered again: the next mark revives it
+				case !errors.Is(err, sql.ErrNoRows):
+					return translate(err)
+				}
+			}
+			for _, q := range []string{qDropShardDedup, qDropShard, qReviveShard} {
+				if _, err := tx.ExecContext(ctx, q, c.Shard[:]); err != nil {
+					return translate(err)
+				}
+			}
+			for _, f := range c.Files {
+				if _, err := tx.ExecContext(ctx, qDropDeadFile, f[:], f[:]); err != nil {
+					return translate(err)
+				}
+			}
+			swept = append(swept, c.Shard)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep shards: %w", err)
+	}
+	return swept, nil
 }

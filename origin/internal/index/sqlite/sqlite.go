@@ -133,7 +133,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		s   **sql.Stmt
 		sql string
 	}{
-		{&db.insShard, `INSERT INTO shards(hash, scope, xorbs, at, body) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{&db.insShard, `INSERT INTO shards(hash, scope, xorbs, at, body, files) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insFile, `INSERT INTO files(hash, record) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insVis, `INSERT INTO visibility(scope, file) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT(chunk) DO UPDATE SET shard = excluded.shard`},
@@ -480,7 +480,11 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 		if xorbs == nil {
 			xorbs = []byte{}
 		}
-		res, err := tx.StmtContext(ctx, db.insShard).ExecContext(ctx, b.Shard[:], b.Scope, xorbs, time.Now().UnixNano(), b.Body)
+		files := index.JoinHashes(b.FileHashes) // index.ShardEntry.Files
+		if files == nil {
+			files = []byte{}
+		}
+		res, err := tx.StmtContext(ctx, db.insShard).ExecContext(ctx, b.Shard[:], b.Scope, xorbs, time.Now().UnixNano(), b.Body, files)
 		if err != nil {
 			return translate(err)
 		}
