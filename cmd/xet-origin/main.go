@@ -55,7 +55,7 @@ func main() {
 		case "users", "tokens":
 			run := origin.AddUser
 			if args[0] == "tokens" {
-				run = origin.CreateToken
+				run = origin.Tokens
 			}
 			if err := run(context.Background(), args[1:], os.Stdout, os.Stderr); err != nil {
 				if errors.Is(err, flag.ErrHelp) {

@@ -85,6 +85,9 @@ type hubEnv struct {
 	originArgs           []string
 	originEnv            []string
 	proc                 *testenv.Process
+	// admin runs an xet-origin admin command on the origin's database ("tokens", "list", ...)
+	// and returns its exit status and output.
+	admin func(t *testing.T, a ...string) (int, string, string)
 }
 
 func startHub(t *testing.T, bins binaries, be backend, python, hfBin string) *hubEnv {
@@ -140,6 +143,9 @@ func startHub(t *testing.T, bins binaries, be backend, python, hfBin string) *hu
 		}
 	}
 	h.originArgs, h.originEnv = args, be.env
+	h.admin = func(t *testing.T, a ...string) (int, string, string) {
+		return testenv.RunStatus(t, o.bin, be.env, slices.Concat(a[:2], cfgArgs, a[2:])...)
+	}
 	h.proc = testenv.Start(t, o.bin, args, serverOptions(be.env, o.url+"/healthz"))
 
 	edgeDir := t.TempDir()
@@ -360,7 +366,13 @@ h.HfApi().create_commit("alice/tiny", [h.CommitOperationAdd("late.txt", b"late\n
 print(h.hf_hub_download("alice/corpus", "data/train.json", repo_type="dataset", cache_dir=sys.argv[1]))`, t.TempDir())
 	sameFile(t, filepath.Join(src, "tokenizer.json"), p)
 
+	// Each its own subtest: one failing does not hide the others.
+	t.Run("history", func(t *testing.T) { hubHistory(t, h, rev1, rev2) })
+	t.Run("ranges", func(t *testing.T) { hubRanges(t, h, v2, rev2) })
+	t.Run("lfs", func(t *testing.T) { hubLFS(t, h) })
+	t.Run("transformers", func(t *testing.T) { hubTransformers(t, h) })
 	hubPrivate(t, h, src)
+	t.Run("revoke", func(t *testing.T) { hubRevoke(t, h) })
 	hubBadInput(t, h, head)
 }
 
