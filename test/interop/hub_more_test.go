@@ -259,8 +259,40 @@ print(json.dumps(sorted([f.path, f.xet_hash is not None] for f in h.HfApi().list
 		t.Fatalf("batch for an uploaded object: %d %s, want no actions", code, body)
 	}
 
-	// Bad input: clear 4xx in the Hub's shape; nothing stored.
+	// huggingface.js offers the xet transfer (and says sha_256): the answer is "xet", with the
+	// write-token route as href and a working CAS write token in the header.
 	other := strings.Repeat("ab", 32)
+	xetReq := `{"operation":"upload","transfers":["basic","multipart","xet"],"hash_algo":"sha_256","ref":{"name":"main"},"objects":[` +
+		obj(other, 10) + "," + obj(oid, len(weights)) + `]}`
+	code, body = batch(h.aliceW, xetReq)
+	var xans struct {
+		Transfer string
+		Objects  []struct {
+			OID     string
+			Actions *struct {
+				Upload struct {
+					Href   string
+					Header map[string]string
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &xans); code != 200 || err != nil || xans.Transfer != "xet" || len(xans.Objects) != 2 ||
+		xans.Objects[0].Actions == nil || xans.Objects[1].Actions != nil {
+		t.Fatalf("batch offering xet: %d %s; want transfer xet, an upload action for the new object only", code, body)
+	}
+	up := xans.Objects[0].Actions.Upload
+	if up.Href != h.o.url+"/api/models/alice/lfs/xet-write-token/main" || up.Header["X-Xet-Cas-Url"] != h.o.url || up.Header["X-Xet-Token-Expiration"] == "" {
+		t.Fatalf("xet upload action %+v", up)
+	}
+	if code, b, _ := httpDo(t, "GET", up.Header["X-Xet-Cas-Url"]+"/v1/chunks/default/"+other, up.Header["X-Xet-Access-Token"], nil); code != 404 {
+		t.Fatalf("the xet action's token on the dedup route: %d %s, want 404 (accepted, nothing found)", code, b)
+	}
+	if code, b, _ := httpDo(t, "GET", up.Href, h.aliceW, nil); code != 200 {
+		t.Fatalf("the xet action's href: %d %s", code, b)
+	}
+
+	// Bad input: clear 4xx in the Hub's shape; nothing stored.
 	many := make([]string, 1001)
 	for i := range many {
 		many[i] = obj(other, 1)
@@ -271,7 +303,8 @@ print(json.dumps(sorted([f.path, f.xet_hash is not None] for f in h.HfApi().list
 	}{
 		{"not JSON", h.aliceW, `{"operation":`, 400},
 		{"download operation", h.aliceW, `{"operation":"download","objects":[` + obj(other, 1) + `]}`, 400},
-		{"no basic transfer", h.aliceW, `{"operation":"upload","transfers":["multipart"],"objects":[` + obj(other, 1) + `]}`, 400},
+		{"neither basic nor xet", h.aliceW, `{"operation":"upload","transfers":["multipart"],"objects":[` + obj(other, 1) + `]}`, 400},
+		{"bad hash_algo", h.aliceW, `{"operation":"upload","hash_algo":"md5","objects":[` + obj(other, 1) + `]}`, 400},
 		{"bad oid", h.aliceW, req(obj("XYZ", 1)), 400},
 		{"negative size", h.aliceW, req(obj(other, -1)), 400},
 		{"no objects", h.aliceW, req(), 400},

@@ -26,7 +26,11 @@ import (
 // POST /{repo}.git/info/lfs/objects/batch with transfers ["basic", "multipart"], PUTs each
 // file's bytes to the upload action's href (no headers: the href carries its credential),
 // POSTs {oid, size} to the verify action's href with its token, and commits the files as
-// lfsFile operations. This server offers the "basic" transfer only (one PUT). The PUT's bytes
+// lfsFile operations. huggingface.js offers "xet" too (transfers ["basic", "multipart", "xet"]):
+// it is then answered "xet", each object to upload with an upload action whose href is the
+// repository's xet-write-token route and whose header holds a write token (X-Xet-Cas-Url,
+// X-Xet-Access-Token, X-Xet-Token-Expiration), and the client uploads through the CAS itself.
+// Otherwise the transfer is "basic" (one PUT; "multipart" is not offered). The PUT's bytes
 // are spooled to a temporary file while their sha256 is computed; when length and sha256 match
 // the oid, the origin uploads the file through its own CAS routes (xetclient, as a stock client
 // would: chunked, deduplicated, one shard registered in the repository's scope), so the file
@@ -112,6 +116,9 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 		Transfers []string    `json:"transfers"`
 		Objects   []lfsObject `json:"objects"`
 		HashAlgo  string      `json:"hash_algo"`
+		Ref       *struct {
+			Name string `json:"name"`
+		} `json:"ref"`
 	}
 	if err := readJSON(w, r, &body); err != nil {
 		return err
@@ -119,10 +126,10 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 	switch {
 	case body.Operation != "upload":
 		return fmt.Errorf("%w: LFS operation %q: only upload is served (downloads use resolve)", ErrInvalid, body.Operation)
-	case body.HashAlgo != "" && body.HashAlgo != "sha256":
+	case body.HashAlgo != "" && body.HashAlgo != "sha256" && body.HashAlgo != "sha_256": // huggingface.js: sha_256
 		return fmt.Errorf("%w: hash_algo %q: only sha256", ErrInvalid, body.HashAlgo)
-	case len(body.Transfers) > 0 && !slices.Contains(body.Transfers, "basic"):
-		return fmt.Errorf("%w: transfers %q: this server offers basic only", ErrInvalid, body.Transfers)
+	case len(body.Transfers) > 0 && !slices.Contains(body.Transfers, "basic") && !slices.Contains(body.Transfers, "xet"):
+		return fmt.Errorf("%w: transfers %q: this server offers basic and xet", ErrInvalid, body.Transfers)
 	case len(body.Objects) == 0:
 		return fmt.Errorf("%w: no objects", ErrInvalid)
 	case len(body.Objects) > MaxLFSBatchObjects:
@@ -140,8 +147,24 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 	if err != nil {
 		return err
 	}
-	exp := h.now().Add(lfsUploadTTL).UTC().Format(time.RFC3339)
+	expAt := h.now().Add(lfsUploadTTL - time.Second)
+	exp := expAt.UTC().Format(time.RFC3339)
 	base := h.public + "/" + lfsPrefix(repo) + repo.ID + ".git/info/lfs/"
+	transfer := "basic"
+	var upload, verify map[string]any
+	if slices.Contains(body.Transfers, "xet") {
+		transfer = "xet"
+		rev := "main"
+		if body.Ref != nil && body.Ref.Name != "" {
+			rev = body.Ref.Name
+		}
+		upload = map[string]any{
+			"href": fmt.Sprintf("%s/api/%s/%s/xet-write-token/%s", h.public, Plural(repo.Type), repo.ID, url.PathEscape(rev)),
+			"header": map[string]string{"X-Xet-Cas-Url": h.public, "X-Xet-Access-Token": tok,
+				"X-Xet-Token-Expiration": strconv.FormatInt(expAt.Unix(), 10)},
+			"expires_at": exp,
+		}
+	}
 	out := make([]map[string]any, 0, len(body.Objects))
 	for _, o := range body.Objects {
 		a := map[string]any{"oid": o.OID, "size": *o.Size, "authenticated": true}
@@ -152,12 +175,13 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 				"message": fmt.Sprintf("the object with this sha256 has %d bytes, not %d", size, *o.Size)}
 		case err == nil:
 			// Already uploaded to this repository: no actions, the client skips it.
+		case errors.Is(err, ErrEntryNotFound) && transfer == "xet":
+			a["actions"] = map[string]any{"upload": upload}
 		case errors.Is(err, ErrEntryNotFound):
-			a["actions"] = map[string]any{
-				"upload": map[string]any{"href": base + "objects/" + o.OID + "/" + strconv.FormatInt(*o.Size, 10) +
-					"?token=" + url.QueryEscape(tok), "expires_at": exp},
-				"verify": map[string]any{"href": base + "verify", "expires_at": exp},
-			}
+			upload = map[string]any{"href": base + "objects/" + o.OID + "/" + strconv.FormatInt(*o.Size, 10) +
+				"?token=" + url.QueryEscape(tok), "expires_at": exp}
+			verify = map[string]any{"href": base + "verify", "expires_at": exp}
+			a["actions"] = map[string]any{"upload": upload, "verify": verify}
 		default:
 			return err
 		}
@@ -165,7 +189,7 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 	}
 	w.Header().Set("Content-Type", lfsContentType)
 	w.WriteHeader(http.StatusOK)
-	return json.NewEncoder(w).Encode(map[string]any{"transfer": "basic", "objects": out, "hash_algo": "sha256"})
+	return json.NewEncoder(w).Encode(map[string]any{"transfer": transfer, "objects": out, "hash_algo": "sha256"})
 }
 
 // lfsPrefix is the URL prefix of a repository's git routes: "" for models, "datasets/".
