@@ -9,10 +9,13 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
 // The later parts of TestHubFlows (docs/hub.md): branch and tag deletion, commit history, Range
@@ -456,4 +459,54 @@ func hubRevoke(t *testing.T, h *hubEnv) {
 	if code, _, _ := httpDo(t, "GET", h.o.url+"/api/whoami-v2", tok2, nil); code != 401 {
 		t.Fatalf("whoami with a token revoked by value: %d", code)
 	}
+}
+
+// hfjsUpload is a huggingface.js (@huggingface/hub) upload through its uploadFiles, with no shim:
+// preupload, the LFS batch (answered "xet"), the CAS through the batch's token, the commit.
+const hfjsUpload = `import { uploadFiles } from "@huggingface/hub";
+import { readFile } from "node:fs/promises";
+import { basename } from "node:path";
+const [hubUrl, accessToken, name, ...paths] = process.argv.slice(2);
+const files = [];
+for (const p of paths) files.push({ path: basename(p), content: new Blob([await readFile(p)]) });
+const res = await uploadFiles({ repo: { type: "model", name }, accessToken, hubUrl, files });
+console.log(JSON.stringify(res?.commit ?? res ?? null));
+`
+
+// hubHFJS: huggingface.js uploads through the Hub API unmodified (the LFS batch's xet transfer);
+// huggingface_hub downloads the files through the edge, byte-exact.
+func hubHFJS(t *testing.T, h *hubEnv) {
+	nodeDir := testenv.Require(t, testenv.NodeModules)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found: %v", err)
+	}
+	mods, err := filepath.Abs(filepath.Join(nodeDir, "node_modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "upload.mjs")
+	writeFile(t, script, []byte(hfjsUpload))
+	src := t.TempDir()
+	writeRandom(t, filepath.Join(src, "big.bin"), 4<<20+3, mrand.NewChaCha8([32]byte{5}))
+	writeFile(t, filepath.Join(src, "notes.txt"), []byte("small, inline\n"))
+	if code, body, _ := httpDo(t, "POST", h.o.url+"/api/repos/create", h.aliceW, []byte(`{"name":"js","organization":"alice"}`)); code != 200 {
+		t.Fatalf("create alice/js: %d %s", code, body)
+	}
+	before := h.o.xorbIngestBytes(t)
+	out := h.mustRun(t, "", node, script, h.o.url, h.aliceW, "alice/js", filepath.Join(src, "big.bin"), filepath.Join(src, "notes.txt"))
+	if sent := h.o.xorbIngestBytes(t) - before; sent < 4<<20 {
+		t.Fatalf("huggingface.js sent %d xorb bytes for a 4 MiB file: it did not upload through the CAS (%s)", sent, tail(out, 5))
+	}
+	// Through the xet transfer the client uploads itself: the origin's LFS PUT path (which logs
+	// each object it stores) is not used.
+	if strings.Contains(h.proc.Log(), `"scope":"models/alice/js"`) {
+		t.Fatalf("huggingface.js's file went through the LFS basic PUT, not the xet transfer")
+	}
+	snap := h.mustPy(t, "", pySnapshot, "alice/js", "main", t.TempDir())
+	sameTree(t, src, snap)
 }

@@ -370,6 +370,7 @@ print(h.hf_hub_download("alice/corpus", "data/train.json", repo_type="dataset", 
 	t.Run("history", func(t *testing.T) { hubHistory(t, h, rev1, rev2) })
 	t.Run("ranges", func(t *testing.T) { hubRanges(t, h, v2, rev2) })
 	t.Run("lfs", func(t *testing.T) { hubLFS(t, h) })
+	t.Run("hfjs", func(t *testing.T) { hubHFJS(t, h) })
 	t.Run("transformers", func(t *testing.T) { hubTransformers(t, h) })
 	hubPrivate(t, h, src)
 	t.Run("revoke", func(t *testing.T) { hubRevoke(t, h) })
