@@ -11,7 +11,8 @@
 #       XETCDN_TEST_POSTGRES_DSN
 #   MinIO (built from source with `go install`, cached in GOPATH/bin) on 127.0.0.1:59000
 #       XETCDN_TEST_S3_ENDPOINT, XETCDN_TEST_S3_ACCESS_KEY, XETCDN_TEST_S3_SECRET_KEY
-#   hf_xet==1.8.0 and huggingface_hub==2.4.0 (the hf CLI) in the venv .cache/venv
+#   hf_xet==1.8.0 and huggingface_hub==2.4.0 (the hf CLI) in the venv .cache/venv, with
+#       transformers==5.24.0 (no torch: configs, tokenizers), tokenizers, safetensors and numpy
 #       XETCDN_TEST_PYTHON
 #   @huggingface/hub 2.17.5 installed from test/clients/package-lock.json
 #       XETCDN_TEST_NODE_DIR
@@ -42,6 +43,9 @@ MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 
 HF_XET_VERSION=1.8.0
 HF_HUB_VERSION=2.4.0
+# transformers without torch, for TestHubFlows' AutoConfig/AutoTokenizer (docs/hub.md); the
+# other three are its dependencies the test uses directly, pinned to what it resolved to.
+PY_EXTRA=(transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6)
 VENV=$CACHE/venv
 NODE_DIR=$ROOT/test/clients
 HFJS_VERSION=2.17.5
@@ -260,8 +264,9 @@ minio_stop() {
 
 hfxet_ok() {
 	"$VENV/bin/python" -c 'import importlib.metadata as m, sys, hf_xet, huggingface_hub
-sys.exit(m.version("hf_xet") != sys.argv[1] or m.version("huggingface_hub") != sys.argv[2])' \
-		"$HF_XET_VERSION" "$HF_HUB_VERSION" && [ -x "$VENV/bin/hf" ]
+sys.exit(m.version("hf_xet") != sys.argv[1] or m.version("huggingface_hub") != sys.argv[2] or
+         any(m.version(n) != v for n, v in (a.split("==") for a in sys.argv[3:])))' \
+		"$HF_XET_VERSION" "$HF_HUB_VERSION" "${PY_EXTRA[@]}" && [ -x "$VENV/bin/hf" ]
 }
 
 hfxet_install() {
@@ -272,7 +277,7 @@ hfxet_install() {
 	fi
 	if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 	"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-		"hf_xet==$HF_XET_VERSION" "huggingface_hub==$HF_HUB_VERSION" >&2
+		"hf_xet==$HF_XET_VERSION" "huggingface_hub==$HF_HUB_VERSION" "${PY_EXTRA[@]}" >&2
 	hfxet_ok || die "hf_xet $HF_XET_VERSION / huggingface_hub $HF_HUB_VERSION not importable from $VENV"
 }
 

@@ -9,6 +9,8 @@
 //	xet-origin check-config [flags]
 //	xet-origin users add --data-dir DIR|--config FILE NAME
 //	xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
+//	xet-origin tokens list --data-dir DIR|--config FILE [--user NAME]
+//	xet-origin tokens revoke --data-dir DIR|--config FILE ID|TOKEN
 //	xet-origin edges [flags]
 //	xet-origin version
 //
@@ -55,7 +57,7 @@ func main() {
 		case "users", "tokens":
 			run := origin.AddUser
 			if args[0] == "tokens" {
-				run = origin.CreateToken
+				run = origin.Tokens
 			}
 			if err := run(context.Background(), args[1:], os.Stdout, os.Stderr); err != nil {
 				if errors.Is(err, flag.ErrHelp) {
@@ -126,6 +128,10 @@ func usage(w io.Writer) {
                                   add a user of the Hub API (docs/hub.md)
   xet-origin tokens create --data-dir DIR|--config FILE --user NAME --grant PATTERN:read|write [--grant ...]
                                   print a new hf_ access token for a user
+  xet-origin tokens list --data-dir DIR|--config FILE [--user NAME]
+                                  list the hf_ tokens (id, user, created, grants; never the token)
+  xet-origin tokens revoke --data-dir DIR|--config FILE ID|TOKEN
+                                  revoke a token at once
   xet-origin edges [flags]        list the edges registered in the index these flags name, with their state
   xet-origin version              print the version, commit and Go version
   xet-origin help                 print this help

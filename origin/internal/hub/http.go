@@ -111,6 +111,9 @@ func (h *Service) serveAPI(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]any{})
 		return nil
 	}
+	if handled, err := h.serveHistory(w, r, p, typ, id, rest); handled {
+		return err
+	}
 	return fmt.Errorf("%w: no such API route", errNoRoute)
 }
 
@@ -467,6 +470,8 @@ func (h *Service) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		status, code, msg = http.StatusNotFound, "EntryNotFound", err.Error()
 	case errors.Is(err, errNoRoute):
 		status, msg = http.StatusNotFound, "Not Found"
+	case errors.Is(err, errRangeNotSatisfiable):
+		status, msg = http.StatusRequestedRangeNotSatisfiable, err.Error()
 	case errors.Is(err, errNotImplemented):
 		status, msg = http.StatusNotImplemented, err.Error()
 	case errors.Is(err, ErrUnauthorized):

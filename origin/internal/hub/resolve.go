@@ -33,8 +33,7 @@ func (h *Service) ServeResolve(w http.ResponseWriter, r *http.Request) bool {
 	if rest, ok := strings.CutPrefix(escaped, "datasets/"); ok {
 		typ, escaped = Dataset, rest
 	}
-	if strings.HasSuffix(escaped, ".git/info/lfs/objects/batch") && r.Method == http.MethodPost {
-		h.writeError(w, r, fmt.Errorf("%w: this server takes uploads through Xet only (huggingface_hub does so with hf_xet installed: pip install hf_xet)", errNotImplemented))
+	if h.serveLFS(w, r, typ, escaped) {
 		return true
 	}
 	parts := strings.SplitN(escaped, "/", 5)
@@ -79,7 +78,7 @@ func (h *Service) serveResolve(w http.ResponseWriter, r *http.Request, typ strin
 		return fmt.Errorf("%w: %q at %q", ErrEntryNotFound, path, rev)
 	}
 	hd := w.Header()
-	hd.Set("Accept-Ranges", "none")
+	hd.Set("Accept-Ranges", "bytes")
 	hd.Set("Content-Length", strconv.FormatInt(e.Size, 10))
 	hd.Set("Content-Type", "application/octet-stream")
 	if e.Xet != "" {
@@ -94,32 +93,46 @@ func (h *Service) serveResolve(w http.ResponseWriter, r *http.Request, typ strin
 			w.WriteHeader(http.StatusOK)
 			return nil
 		}
-		return h.streamXet(ctx, w, repo, e)
+		win, err := rangeOf(w, r, hd.Get("ETag"), e.Size)
+		if err != nil {
+			return err
+		}
+		return h.streamXet(ctx, w, repo, e, win)
 	}
 	hd.Set("ETag", `"`+e.OID+`"`)
 	if r.Method == http.MethodHead {
 		w.WriteHeader(http.StatusOK)
 		return nil
 	}
-	return h.streamBlob(ctx, w, e)
+	win, err := rangeOf(w, r, hd.Get("ETag"), e.Size)
+	if err != nil {
+		return err
+	}
+	return h.streamBlob(ctx, w, e, win)
 }
 
-func (h *Service) streamBlob(ctx context.Context, w http.ResponseWriter, e Entry) error {
+// streamBlob writes the window win of a regular file's blob.
+func (h *Service) streamBlob(ctx context.Context, w http.ResponseWriter, e Entry, win window) error {
 	if e.Size == 0 {
 		w.WriteHeader(http.StatusOK)
 		return nil
 	}
-	rc, n, err := h.objs.Get(ctx, BlobKey(e.SHA256))
+	n, err := h.objs.Stat(ctx, BlobKey(e.SHA256))
+	if err != nil {
+		w.Header().Del("Content-Length")
+		return fmt.Errorf("blob of %q: %w", e.Path, err)
+	}
+	if n != e.Size {
+		w.Header().Del("Content-Length")
+		return fmt.Errorf("%w: blob of %q has %d bytes, want %d", ErrUnavailable, e.Path, n, e.Size)
+	}
+	rc, err := h.objs.GetRange(ctx, BlobKey(e.SHA256), win.start, win.n)
 	if err != nil {
 		w.Header().Del("Content-Length")
 		return fmt.Errorf("blob of %q: %w", e.Path, err)
 	}
 	defer rc.Close()
-	if n != e.Size {
-		w.Header().Del("Content-Length")
-		return fmt.Errorf("%w: blob of %q has %d bytes, want %d", ErrUnavailable, e.Path, n, e.Size)
-	}
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(win.status())
 	_, err = io.Copy(w, rc)
 	if err != nil {
 		h.log.Warn("hub: blob stream cut", "path", e.Path, "err", err)
@@ -127,11 +140,13 @@ func (h *Service) streamBlob(ctx context.Context, w http.ResponseWriter, e Entry
 	return nil
 }
 
-// streamXet writes a Xet file's bytes for a plain GET (a client without hf_xet): term by term,
-// each term's stored byte range of its xorb read from the object store and its chunks decoded.
-// The bytes were validated at upload; the total must come out at the recorded size, else the
-// answer is cut short (the client sees a short body against Content-Length).
-func (h *Service) streamXet(ctx context.Context, w http.ResponseWriter, repo Repo, e Entry) error {
+// streamXet writes the window win of a Xet file's bytes for a plain GET (a client without
+// hf_xet): term by term, each term's stored byte range of its xorb read from the object store
+// and its chunks decoded; the terms before the window are skipped, the first one in it is
+// decoded from its start and its leading bytes dropped. The bytes were validated at upload;
+// the total must come out at the window's length, else the answer is cut short (the client
+// sees a short body against Content-Length).
+func (h *Service) streamXet(ctx context.Context, w http.ResponseWriter, repo Repo, e Entry, win window) error {
 	fh, err := hash.Parse(e.Xet)
 	if err != nil || h.xetRecord == nil {
 		w.Header().Del("Content-Length")
@@ -150,19 +165,34 @@ func (h *Service) streamXet(ctx context.Context, w http.ResponseWriter, repo Rep
 		}
 		return err
 	}
-	w.WriteHeader(http.StatusOK)
-	var sent uint64
+	if rec.Size != uint64(e.Size) {
+		w.Header().Del("Content-Length")
+		return fmt.Errorf("%w: Xet file %s has %d bytes, the commit says %d", ErrUnavailable, e.Xet, rec.Size, e.Size)
+	}
+	w.WriteHeader(win.status())
+	if win.n == 0 {
+		return nil
+	}
+	ww := &windowWriter{w: w, left: win.n}
+	var pos int64 // offset in the file of the current term's first byte
 	for _, t := range rec.Terms {
-		n, err := h.writeTerm(ctx, w, t)
-		sent += n
+		tl := int64(t.RawBytes)
+		if pos+tl <= win.start {
+			pos += tl
+			continue
+		}
+		ww.skip = max(0, win.start-pos)
+		_, err := h.writeTerm(ctx, ww, t)
+		pos += tl
+		if errors.Is(err, errWindowFull) {
+			return nil
+		}
 		if err != nil {
-			h.log.Warn("hub: Xet file stream cut", "path", e.Path, "file", e.Xet, "sent", sent, "err", err)
+			h.log.Warn("hub: Xet file stream cut", "path", e.Path, "file", e.Xet, "sent", win.n-ww.left, "err", err)
 			return nil
 		}
 	}
-	if sent != rec.Size {
-		h.log.Error("hub: Xet file stream has the wrong length", "file", e.Xet, "sent", sent, "size", rec.Size)
-	}
+	h.log.Error("hub: Xet file stream has the wrong length", "file", e.Xet, "sent", win.n-ww.left, "want", win.n)
 	return nil
 }
 

@@ -88,6 +88,7 @@ type Service struct {
 	unavailable func(error) bool
 	log         *slog.Logger
 	now         func() time.Time
+	mintCAS     func(scope string, ttl time.Duration) (string, error) // lfs.go
 }
 
 // New builds a Service.

@@ -197,6 +197,10 @@ func New(o Options) (*Server, error) {
 	if o.Hub != nil {
 		iopts.Registered = o.Hub.Registered
 		o.Hub.SetVerifyCAS(func(r *http.Request) (*auth.Claims, error) { return s.tokens.VerifyRequest(r) })
+		o.Hub.SetMintCAS(func(scope string, ttl time.Duration) (string, error) {
+			tok, _, err := o.Keys.Signing.Mint(scope, auth.Write, o.Now(), ttl)
+			return tok, err
+		})
 	}
 	s.ingest = ingest.New(iopts)
 	s.wrapper = s.newWrapper()
