@@ -18,15 +18,13 @@ import (
 	"github.com/xetcdn/xetcdn/internal/testenv"
 )
 
-// Sizes of the hub test's model folder: the 300 MiB safetensors file on the
-// Postgres+MinIO run (the production shape), 64 MiB on the embedded one (the same code paths,
-// still several xorbs; it keeps the test's time down), 8 MiB on both with -short. The 1 %
+// Sizes of the hub test's model folder: the 300 MiB safetensors file on both backends,
+// 8 MiB with -short. The 1 %
 // change of the second version is one contiguous run of bytes in the middle of the file.
 const (
-	hubBigSize         = 300 << 20
-	hubBigSizeEmbedded = 64 << 20
-	hubBigSizeShort    = 8 << 20
-	hubTokenizer       = 2 << 20
+	hubBigSize      = 300 << 20
+	hubBigSizeShort = 8 << 20
+	hubTokenizer    = 2 << 20
 )
 
 // TestHubFlows runs the stock huggingface_hub 2.4.0 (the hf CLI and its Python API, with hf_xet
@@ -44,14 +42,13 @@ func TestHubFlows(t *testing.T) {
 	backends := []struct {
 		name  string
 		setup func(t *testing.T) backend
-		big   int64
 	}{
-		{"embedded", func(*testing.T) backend { return backend{} }, hubBigSizeEmbedded},
-		{"postgres-minio", postgresMinIO, hubBigSize},
+		{"embedded", func(*testing.T) backend { return backend{} }},
+		{"postgres-minio", postgresMinIO},
 	}
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			big := be.big
+			big := int64(hubBigSize)
 			if testing.Short() {
 				big = hubBigSizeShort
 			}
