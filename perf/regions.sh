@@ -5,6 +5,7 @@
 #
 #   region b:  origin 10.77.0.2 (embedded SQLite + local disk)   client-b 10.77.0.3
 #   region a:  edge-1 10.77.0.17 (plain HTTP)   edge-2 10.77.0.18 (TLS + HTTP/3)   client-a 10.77.0.20
+#              client-f 10.77.0.21 (the failover client)
 #   a <-> b: RTT_INTER (100ms), JITTER_INTER (1ms), LOSS_INTER (0.005 per packet and direction)
 #   inside a region: RTT_INTRA (2ms), JITTER_INTRA (0.1ms), LOSS_INTRA (0); RATE_MBIT (1000) everywhere
 #
@@ -18,10 +19,13 @@
 #   go/h1, go/h3                   client-b through the warm edge-2 across the lossy path:
 #                                  HTTP/1.1+TLS vs `xet download --http3` (order alternates);
 #                                  go/h1reno: h1 again with edge-2's TCP on Reno
-#   go/failover                    client-a, one shard through `--token-url` (the origin names
+#   go/failover                    client-f (region a, FAILOVER_MBIT 80 to the edges, so that a
+#                                  warm download lasts long enough to be cut), one shard through
+#                                  `--token-url` (the origin names
 #                                  edge-1 or edge-2 by rendezvous); the named edge is SIGKILLed when
 #                                  half the bytes have arrived: time to finish after the kill, exit
 #                                  status, byte check, and when the token route stopped naming it
+#                                  (progress: bytes the emulator carried from the edges to client-f)
 # Every download is compared byte for byte. Results: OUT (perf/results/<UTC>-regions/):
 # samples.jsonl, results.json, PNG plots, section.md, logs, linkemu's per-path counters; the
 # section is appended to perf/BENCHMARKS.md unless BENCHMARKS=0.
@@ -29,7 +33,7 @@
 # Environment: SIZE_MB (32), SHARDS (4), ROUNDS (3), HF (1; 0 skips hf_xet), TCP_CC (the TCP
 # congestion control inside the namespaces; default: the host's, recorded in run.txt), RENO (1:
 # also go/h1reno, the h1 case with edge-2's TCP on Reno, loss-based like quic-go's; bbr is not),
-# PYTHON (hf_xet
+# CASES (groups to run: "edges protocols failover"; edges = origin/cold/warm), PYTHON (hf_xet
 # venv; default $XETCDN_TEST_PYTHON from .cache/testenv.sh), BIN (prebuilt binaries; default:
 # built into the work dir), KEEP=1 keeps the work dir, and the link variables above.
 # Ctrl-C or any failure: every process and namespace of the run is removed.
@@ -37,10 +41,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The knobs set by the caller, quoted in the report with the command.
 KNOBS=""
-for k in SIZE_MB SHARDS ROUNDS HF TCP_CC RENO RTT_INTER JITTER_INTER LOSS_INTER RTT_INTRA JITTER_INTRA LOSS_INTRA RATE_MBIT; do
+for k in CASES FAILOVER_MBIT SIZE_MB SHARDS ROUNDS HF TCP_CC RENO RTT_INTER JITTER_INTER LOSS_INTER RTT_INTRA JITTER_INTRA LOSS_INTRA RATE_MBIT; do
 	[ -n "${!k:-}" ] && KNOBS+="$k=${!k} "
 done
-RENO=${RENO:-1} SIZE_MB=${SIZE_MB:-32} SHARDS=${SHARDS:-4} ROUNDS=${ROUNDS:-3} HF=${HF:-1} TCP_CC=${TCP_CC:-}
+CASES=${CASES:-edges protocols failover} RENO=${RENO:-1} FAILOVER_MBIT=${FAILOVER_MBIT:-80} SIZE_MB=${SIZE_MB:-32} SHARDS=${SHARDS:-4} ROUNDS=${ROUNDS:-3} HF=${HF:-1} TCP_CC=${TCP_CC:-}
 RTT_INTER=${RTT_INTER:-100ms} JITTER_INTER=${JITTER_INTER:-1ms} LOSS_INTER=${LOSS_INTER:-0.005}
 RTT_INTRA=${RTT_INTRA:-2ms} JITTER_INTRA=${JITTER_INTRA:-0.1ms} LOSS_INTRA=${LOSS_INTRA:-0}
 RATE_MBIT=${RATE_MBIT:-1000}
@@ -49,6 +53,7 @@ OUT=${OUT:-$ROOT/perf/results/$STAMP-regions}
 ID=xr$$ # namespace prefix: unique per run
 WORK=$(mktemp -d /tmp/regions.XXXXXX)
 log() { printf 'regions: %s\n' "$*" >&2; }
+has() { [[ " $CASES " == *" $1 "* ]]; }
 [ "$(id -u)" = 0 ] || { log "needs root (network namespaces, TUN devices)"; exit 2; }
 if [ "$HF" = 1 ] && [ -z "${PYTHON:-}" ]; then
 	[ -f "$ROOT/.cache/testenv.sh" ] && . "$ROOT/.cache/testenv.sh"
@@ -57,7 +62,7 @@ if [ "$HF" = 1 ] && [ -z "${PYTHON:-}" ]; then
 	[ -n "$PYTHON" ] || { log "HF=1 needs PYTHON (a python with hf_xet 1.8.0) or .cache/testenv.sh"; exit 2; }
 fi
 
-NETNS=("$ID-o" "$ID-e1" "$ID-e2" "$ID-ca" "$ID-cb")
+NETNS=("$ID-o" "$ID-e1" "$ID-e2" "$ID-ca" "$ID-cb" "$ID-cf")
 EMU_PID=""
 cleanup() {
 	local st=$?
@@ -92,7 +97,7 @@ else
 fi
 
 # Addresses and the emulator's configuration.
-O=10.77.0.2 CB=10.77.0.3 E1=10.77.0.17 E2=10.77.0.18 CA=10.77.0.20
+O=10.77.0.2 CB=10.77.0.3 E1=10.77.0.17 E2=10.77.0.18 CA=10.77.0.20 CF=10.77.0.21
 for ns in "${NETNS[@]}"; do
 	ip netns add "$ns"
 	# Per namespace (the host's own setting is untouched); a namespace may only pick one of the
@@ -105,11 +110,14 @@ cat >"$WORK/links.json" <<EOF
   {"name": "client-b", "netns": "$ID-cb", "addr": "$CB", "region": "b"},
   {"name": "edge-1", "netns": "$ID-e1", "addr": "$E1", "region": "a"},
   {"name": "edge-2", "netns": "$ID-e2", "addr": "$E2", "region": "a"},
-  {"name": "client-a", "netns": "$ID-ca", "addr": "$CA", "region": "a"}],
+  {"name": "client-a", "netns": "$ID-ca", "addr": "$CA", "region": "a"},
+  {"name": "client-f", "netns": "$ID-cf", "addr": "$CF", "region": "a"}],
  "paths": [
   {"regions": ["a", "b"], "rtt": "$RTT_INTER", "jitter": "$JITTER_INTER", "loss": $LOSS_INTER, "rate_mbit": $RATE_MBIT},
   {"regions": ["a", "a"], "rtt": "$RTT_INTRA", "jitter": "$JITTER_INTRA", "loss": $LOSS_INTRA, "rate_mbit": $RATE_MBIT},
-  {"regions": ["b", "b"], "rtt": "$RTT_INTRA", "jitter": "$JITTER_INTRA", "loss": $LOSS_INTRA, "rate_mbit": $RATE_MBIT}]}
+  {"regions": ["b", "b"], "rtt": "$RTT_INTRA", "jitter": "$JITTER_INTRA", "loss": $LOSS_INTRA, "rate_mbit": $RATE_MBIT},
+  {"nodes": ["client-f", "edge-1"], "rtt": "$RTT_INTRA", "jitter": "$JITTER_INTRA", "loss": $LOSS_INTRA, "rate_mbit": $FAILOVER_MBIT},
+  {"nodes": ["client-f", "edge-2"], "rtt": "$RTT_INTRA", "jitter": "$JITTER_INTRA", "loss": $LOSS_INTRA, "rate_mbit": $FAILOVER_MBIT}]}
 EOF
 "$B/linkemu" -config "$WORK/links.json" -stats "$WORK/linkemu-stats.json" >"$WORK/linkemu.out" 2>"$WORK/linkemu.log" &
 EMU_PID=$!
@@ -259,52 +267,83 @@ cold() { # ROUND CLIENT: edge-1 restarted empty, one model download through it
 }
 
 TOKEN_URL=http://$O:8080/api/$REPO/xet-read-token/main
-named() { nsx ca curl -sf -m 2 -H "Authorization: Bearer $R" "$TOKEN_URL" | python3 -c 'import json,sys; print(json.load(sys.stdin)["casUrl"])' 2>/dev/null || true; }
+named() { nsx cf curl -sf -m 2 -H "Authorization: Bearer $R" "$TOKEN_URL" | python3 -c 'import json,sys; print(json.load(sys.stdin)["casUrl"])' 2>/dev/null || true; }
 edge_of() { case $1 in "http://$E1:8081") echo e1 ;; "https://$E2:8443") echo e2 ;; esac; }
 failover() { # ROUND: one shard through the token route; the named edge killed at half
-	local r=$1 n=model-1-of-$SHARDS.safetensors f=$WORK/fo.bin v url t0 tk tout="" t1 st=0 size got
+	local r=$1 n=model-1-of-$SHARDS.safetensors f=$WORK/fo.bin v url t0 tk tout="" tend="" st=0 size
 	size=${SIZE[$n]}
 	for _ in $(seq 100); do url=$(named); v=$(edge_of "$url"); [ -n "$v" ] && break; sleep 0.2; done
 	[ -n "$v" ] || { log "the token route names no edge: $url"; return 1; }
 	rm -f "$f"
-	: >"$OUT/failover-r$r.tsv"
 	t0=$(now)
-	ip netns exec "$ID-ca" "$B/xet" download --token-url "$TOKEN_URL" --token "$R" --hash "${HASH[$n]}" --size "$size" \
-		--insecure -o - >"$f" 2>>"$WORK/client.log" &
+	rm -f "$WORK/fo.end"
+	# The subshell notes the client's exit status and end time the moment it exits.
+	(
+		st=0
+		ip netns exec "$ID-cf" "$B/xet" download --token-url "$TOKEN_URL" --token "$R" --hash "${HASH[$n]}" \
+			--size "$size" --insecure -o - >"$f" 2>>"$WORK/client.log" || st=$?
+		echo "$(now) $st" >"$WORK/fo.end"
+	) &
 	local dl=$!
-	while :; do
-		got=$(stat -c %s "$f" 2>/dev/null || echo 0)
-		printf '%s\t%s\n' "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.3f", b - a}')" "$got" >>"$OUT/failover-r$r.tsv"
-		[ "$got" -ge $((size / 2)) ] && break
-		kill -0 "$dl" 2>/dev/null || break
-		sleep 0.02
-	done
-	stop_edge "$v"
-	tk=$(now)
-	# Until the client is done: its progress, and when the token route stops naming the edge.
-	while kill -0 "$dl" 2>/dev/null || [ -z "$tout" ]; do
-		printf '%s\t%s\n' "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.3f", b - a}')" "$(stat -c %s "$f")" >>"$OUT/failover-r$r.tsv"
+	# Progress is what crossed the emulator from the edges to client-f (its counters, asked for
+	# every 10 ms with SIGUSR1): the output file is no measure, the client writes it in order and
+	# holds pieces that arrive early. A watcher SIGKILLs the named edge once half the shard has
+	# crossed, records the bytes over time until the client ends, and prints the kill time
+	# (nothing when the download ended first).
+	tk=$(python3 - "$WORK/linkemu-stats.json" "$EMU_PID" $((size / 2)) "${EPID[$v]}" "$WORK/fo.end" "$t0" "$OUT/failover-r$r.tsv" <<'PY'
+import json, os, signal, sys, time
+stats, emu, half, edge, end, t0, tsv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6]), sys.argv[7]
+def received():
+    os.kill(emu, signal.SIGUSR1)
+    time.sleep(0.01)
+    try:
+        paths = json.load(open(stats))["paths"]
+    except (OSError, ValueError):
+        return None
+    return sum(v["bytes"] for k, v in paths.items() if k in ("edge-1>client-f", "edge-2>client-f"))
+base = None
+while base is None:
+    base = received()
+killed = None
+with open(tsv, "w") as out:
+    while True:
+        n = received()
+        if n is None:
+            continue
+        out.write(f"{time.time() - t0:.3f}\t{n - base}\n")
+        if killed is None and n - base >= half:
+            os.kill(edge, signal.SIGKILL)
+            killed = time.time()
+            print(f"{killed:.6f}", flush=True)
+        if os.path.exists(end):
+            break
+PY
+)
+	# Until the client is done (its end time) and the token route stops naming the edge.
+	while [ -z "$tend" ] || [ -z "$tout" ]; do
+		[ -n "$tend" ] || { [ -s "$WORK/fo.end" ] && read -r tend st <"$WORK/fo.end"; } || true
 		if [ -z "$tout" ] && [ "$(named)" != "$url" ]; then tout=$(now); fi
 		if [ -z "$tout" ] && awk -v a="$tk" -v b="$(now)" 'BEGIN {exit !(b - a > 60)}'; then tout=-1; fi
-		sleep 0.1
+		[ -n "$tend" ] && [ -n "$tout" ] || sleep 0.05
 	done
-	wait "$dl" || st=$?
-	t1=$(now)
+	wait "$dl" || true
 	local exact=false
 	cmp -s "$f" "$WORK/model/$n" && exact=true
 	rm -f "$f"
 	printf '{"round":%d,"case":"failover","client":"go","seconds":%s,"bytes":%d,"killed":"%s","kill_at":%s,"after_kill":%s,"route_out":%s,"exit":%d,"byte_exact":%s,"load1":%s}\n' \
-		"$r" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" "$size" "$v" \
+		"$r" "$(awk -v a="$t0" -v b="$tend" 'BEGIN {printf "%.3f", b - a}')" "$size" "$v" \
 		"$(awk -v a="$t0" -v b="$tk" 'BEGIN {printf "%.3f", b - a}')" \
-		"$(awk -v a="$tk" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" \
+		"$(awk -v a="$tk" -v b="$tend" 'BEGIN {printf "%.3f", b - a}')" \
 		"$(if [ "$tout" = -1 ]; then echo null; else awk -v a="$tk" -v b="$tout" 'BEGIN {printf "%.3f", b - a}'; fi)" \
 		"$st" "$exact" "$(load1)" | tee -a "$OUT/samples.jsonl" >&2
 	start_edge "$v" 0 # back, warm, for the next round
 }
 
 # Warm edge-2 once for the protocol comparison.
-log "warming edge-2"
-go_model cb "https://$E2:8443" --insecure >/dev/null
+if has protocols; then
+	log "warming edge-2"
+	go_model cb "https://$E2:8443" --insecure >/dev/null
+fi
 {
 	echo "date: $(date -u +%FT%TZ)"
 	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD)$(git -C "$ROOT" diff --quiet || echo ' (modified)')"
@@ -317,22 +356,26 @@ cp "$WORK/links.json" "$OUT/"
 : >"$OUT/samples.jsonl"
 for ((r = 1; r <= ROUNDS; r++)); do
 	log "round $r/$ROUNDS $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
-	measure "$r" origin go go_model ca "http://$O:8080"
-	cold "$r" go
-	measure "$r" warm go go_model ca "http://$E1:8081"
-	if [ "$HF" = 1 ]; then
+	if has edges; then
+		measure "$r" origin go go_model ca "http://$O:8080"
+		cold "$r" go
+		measure "$r" warm go go_model ca "http://$E1:8081"
+	fi
+	if has edges && [ "$HF" = 1 ]; then
 		measure "$r" origin hf hf_model ca "http://$O:8080"
 		cold "$r" hf
 		measure "$r" warm hf hf_model ca "http://$E1:8081"
 	fi
-	if [ $((r % 2)) = 1 ]; then
+	if ! has protocols; then
+		:
+	elif [ $((r % 2)) = 1 ]; then
 		measure "$r" h1 go go_model cb "https://$E2:8443" --insecure
 		measure "$r" h3 go go_model cb "https://$E2:8443" --insecure --http3
 	else
 		measure "$r" h3 go go_model cb "https://$E2:8443" --insecure --http3
 		measure "$r" h1 go go_model cb "https://$E2:8443" --insecure
 	fi
-	if [ "$RENO" = 1 ]; then
+	if has protocols && [ "$RENO" = 1 ]; then
 		# New connections from edge-2 use Reno; the edge's origin connection stays as it was
 		# (the edge is warm: it does not fill).
 		prev=$(nsx e2 sysctl -n net.ipv4.tcp_congestion_control)
@@ -340,7 +383,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		measure "$r" h1reno go go_model cb "https://$E2:8443" --insecure
 		nsx e2 sysctl -qw net.ipv4.tcp_congestion_control="$prev"
 	fi
-	failover "$r"
+	if has failover; then failover "$r"; fi
 done
 kill -USR1 "$EMU_PID"
 sleep 0.5
