@@ -270,7 +270,7 @@ TOKEN_URL=http://$O:8080/api/$REPO/xet-read-token/main
 named() { nsx cf curl -sf -m 2 -H "Authorization: Bearer $R" "$TOKEN_URL" | python3 -c 'import json,sys; print(json.load(sys.stdin)["casUrl"])' 2>/dev/null || true; }
 edge_of() { case $1 in "http://$E1:8081") echo e1 ;; "https://$E2:8443") echo e2 ;; esac; }
 failover() { # ROUND: one shard through the token route; the named edge killed at half
-	local r=$1 n=model-1-of-$SHARDS.safetensors f=$WORK/fo.bin v url t0 tk tout="" tend="" st=0 size
+	local r=$1 n=model-1-of-$SHARDS.safetensors f=$WORK/fo.bin v url t0 tk tout="" tres="" tend="" st=0 size
 	size=${SIZE[$n]}
 	for _ in $(seq 100); do url=$(named); v=$(edge_of "$url"); [ -n "$v" ] && break; sleep 0.2; done
 	[ -n "$v" ] || { log "the token route names no edge: $url"; return 1; }
@@ -287,12 +287,16 @@ failover() { # ROUND: one shard through the token route; the named edge killed a
 	local dl=$!
 	# Progress is what crossed the emulator from the edges to client-f (its counters, asked for
 	# every 10 ms with SIGUSR1): the output file is no measure, the client writes it in order and
-	# holds pieces that arrive early. A watcher SIGKILLs the named edge once half the shard has
-	# crossed, records the bytes over time until the client ends, and prints the kill time
-	# (nothing when the download ended first).
-	tk=$(python3 - "$WORK/linkemu-stats.json" "$EMU_PID" $((size / 2)) "${EPID[$v]}" "$WORK/fo.end" "$t0" "$OUT/failover-r$r.tsv" <<'PY'
-import json, os, signal, sys, time
-stats, emu, half, edge, end, t0, tsv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6]), sys.argv[7]
+	# holds pieces that arrive early. A watcher inside client-f's namespace SIGKILLs the named
+	# edge once half the shard has crossed, then asks the token route every 0.2 s until it names
+	# another URL, records the bytes over time until the client ends, and prints the kill time,
+	# the time the route dropped the edge and the time bytes flowed again (the client resumed).
+	local w
+	w=$(ip netns exec "$ID-cf" python3 - "$WORK/linkemu-stats.json" "$EMU_PID" $((size / 2)) "${EPID[$v]}" \
+		"$WORK/fo.end" "$t0" "$OUT/failover-r$r.tsv" "$TOKEN_URL" "$R" "$url" <<'PY'
+import json, os, signal, sys, time, urllib.request
+stats, emu, half, edge, end, t0, tsv, turl, tok, dead = sys.argv[1:11]
+emu, half, edge, t0 = int(emu), int(half), int(edge), float(t0)
 def received():
     os.kill(emu, signal.SIGUSR1)
     time.sleep(0.01)
@@ -301,42 +305,71 @@ def received():
     except (OSError, ValueError):
         return None
     return sum(v["bytes"] for k, v in paths.items() if k in ("edge-1>client-f", "edge-2>client-f"))
+def named():
+    req = urllib.request.Request(turl, headers={"Authorization": "Bearer " + tok})
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return json.load(r).get("casUrl")
+    except Exception:
+        return dead  # no answer: not evidence that the route changed
 base = None
 while base is None:
     base = received()
-killed = None
+killed = route = resumed = None
+at_kill = 0
+next_ask = 0
 with open(tsv, "w") as out:
     while True:
         n = received()
         if n is None:
             continue
-        out.write(f"{time.time() - t0:.3f}\t{n - base}\n")
+        now = time.time()
+        out.write(f"{now - t0:.3f}\t{n - base}\n")
         if killed is None and n - base >= half:
             os.kill(edge, signal.SIGKILL)
-            killed = time.time()
-            print(f"{killed:.6f}", flush=True)
-        if os.path.exists(end):
+            killed, at_kill = time.time(), n
+        elif killed is not None and resumed is None and n - at_kill > 2 << 20:
+            # More than the emulator still held when the edge died (≤ 100 ms of queue, 1 MB at
+            # 80 Mbit/s): the client is fetching again.
+            resumed = now
+        if killed is not None and route is None and now >= next_ask:
+            if named() != dead:
+                route = time.time()
+            elif now - killed > 60:
+                route = -1
+            next_ask = time.time() + 0.2
+        if os.path.exists(end) and (killed is None or route is not None):
             break
+print(f"{killed or ''} {route or ''} {resumed or ''}")
 PY
 )
-	# Until the client is done (its end time) and the token route stops naming the edge.
-	while [ -z "$tend" ] || [ -z "$tout" ]; do
-		[ -n "$tend" ] || { [ -s "$WORK/fo.end" ] && read -r tend st <"$WORK/fo.end"; } || true
-		if [ -z "$tout" ] && [ "$(named)" != "$url" ]; then tout=$(now); fi
-		if [ -z "$tout" ] && awk -v a="$tk" -v b="$(now)" 'BEGIN {exit !(b - a > 60)}'; then tout=-1; fi
-		[ -n "$tend" ] && [ -n "$tout" ] || sleep 0.05
-	done
+	read -r tk tout tres <<<"$w"
+	stop_edge "$v"
+	[ -n "$tk" ] || { log "failover: the download ended before half had arrived"; return 1; }
+	read -r tend st <"$WORK/fo.end"
 	wait "$dl" || true
 	local exact=false
 	cmp -s "$f" "$WORK/model/$n" && exact=true
 	rm -f "$f"
-	printf '{"round":%d,"case":"failover","client":"go","seconds":%s,"bytes":%d,"killed":"%s","kill_at":%s,"after_kill":%s,"route_out":%s,"exit":%d,"byte_exact":%s,"load1":%s}\n' \
+	printf '{"round":%d,"case":"failover","client":"go","seconds":%s,"bytes":%d,"killed":"%s","kill_at":%s,"after_kill":%s,"route_out":%s,"resumed":%s,"exit":%d,"byte_exact":%s,"load1":%s}\n' \
 		"$r" "$(awk -v a="$t0" -v b="$tend" 'BEGIN {printf "%.3f", b - a}')" "$size" "$v" \
 		"$(awk -v a="$t0" -v b="$tk" 'BEGIN {printf "%.3f", b - a}')" \
 		"$(awk -v a="$tk" -v b="$tend" 'BEGIN {printf "%.3f", b - a}')" \
 		"$(if [ "$tout" = -1 ]; then echo null; else awk -v a="$tk" -v b="$tout" 'BEGIN {printf "%.3f", b - a}'; fi)" \
+		"$(if [ -z "$tres" ]; then echo null; else awk -v a="$tk" -v b="$tres" 'BEGIN {printf "%.3f", b - a}'; fi)" \
 		"$st" "$exact" "$(load1)" | tee -a "$OUT/samples.jsonl" >&2
 	start_edge "$v" 0 # back, warm, for the next round
+	both_healthy
+}
+# both_healthy: wait until the origin's registry has both edges healthy, so that the next kill
+# tests detection and not an edge that has yet to register.
+both_healthy() {
+	for _ in $(seq 300); do
+		[ "$("$B/xet-origin" edges --data-dir "$WORK/origin" --config "$WORK/origin.json" 2>/dev/null | grep -c ' healthy ')" -ge 2 ] && return 0
+		sleep 0.2
+	done
+	log "the edges did not both register as healthy"
+	return 1
 }
 
 # Warm edge-2 once for the protocol comparison.
@@ -383,7 +416,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		measure "$r" h1reno go go_model cb "https://$E2:8443" --insecure
 		nsx e2 sysctl -qw net.ipv4.tcp_congestion_control="$prev"
 	fi
-	if has failover; then failover "$r"; fi
+	if has failover; then both_healthy && failover "$r"; fi
 done
 kill -USR1 "$EMU_PID"
 sleep 0.5
