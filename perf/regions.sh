@@ -23,7 +23,7 @@
 #                                  warm download lasts long enough to be cut), one shard through
 #                                  `--token-url` (the origin names
 #                                  edge-1 or edge-2 by rendezvous); the named edge is SIGKILLed when
-#                                  half the bytes have arrived: time to finish after the kill, exit
+#                                  half the shard has crossed the emulator: time to finish after the kill, exit
 #                                  status, byte check, and when the token route stopped naming it
 #                                  (progress: bytes the emulator carried from the edges to client-f)
 # Every download is compared byte for byte. Results: OUT (perf/results/<UTC>-regions/):
