@@ -6,6 +6,7 @@
 #   make bench BENCH=. BENCHTIME=200ms COUNT=1 PKG=./...
 #   make budgets               re-measure the allocation budgets (perf/allocbudget/budgets.txt)
 #   make perf SCENARIO=zipf SCALE=0   a short end-to-end performance run (perf/run.sh)
+#   make regions               simulated regions over the user-space link emulator, as root (perf/regions.sh)
 #
 # Variables worth overriding: RACE (set RACE= to test without the race detector),
 # TEST_TIMEOUT, TEST_FLAGS (extra `go test` flags, e.g. -short), PKG.
@@ -53,6 +54,7 @@ help:
 	@echo "make alloc-budgets  check the hot paths' allocations against perf/allocbudget/budgets.txt"
 	@echo "make budgets      re-measure those budgets and rewrite the file (commit it with the change)"
 	@echo "make perf         replay SCENARIO=$(SCENARIO) twice and the 100k-term gate on Postgres+MinIO; results in perf/results/"
+	@echo "make regions      origin, edges and clients in network namespaces over emulated 100 ms/0.5 % links (root); results in perf/results/"
 	@echo "make bench        benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME) COUNT=$(COUNT) PKG=$(PKG))"
 	@echo "make services / services-stop / services-status   the integration test services"
 
@@ -142,6 +144,11 @@ budgets:
 # A short end-to-end performance run (about 10 minutes on 2 cores): perf/run.sh, perf/README.md.
 perf:
 	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) perf/run.sh
+
+# Environment knobs (SIZE_MB, SHARDS, ROUNDS, HF, RTT_INTER, LOSS_INTER, ...): perf/regions.sh.
+.PHONY: regions
+regions:
+	@REGIONS_COMMAND="make regions" perf/regions.sh
 
 fuzz:
 	@scripts/fuzz.sh "$(FUZZTIME)" $(PKG)
