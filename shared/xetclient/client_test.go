@@ -454,6 +454,41 @@ func TestRetries(t *testing.T) {
 	}
 }
 
+// TestResumeCutRange: a transfer answer cut mid-body is resumed after the last whole chunk it
+// delivered, not fetched again from the start of its range: the retry asks for a later Range
+// and the bytes served in all stay within one chunk of a clean download's.
+func TestResumeCutRange(t *testing.T) {
+	data := randBytes(21, 6<<20)
+	f := newFakeCAS(t)
+	c := newClient(t, startFake(t, f).URL, nil)
+	h := upload(t, c, data)[0].FileHash
+	if got := download(t, c, h, xetclient.DownloadOptions{}); !bytes.Equal(got, data) {
+		t.Fatal("clean download differs")
+	}
+	clean := f.served.Swap(0)
+	f.mu.Lock()
+	first := len(f.ranges)
+	f.cutN = 1
+	f.mu.Unlock()
+	if got := download(t, c, h, xetclient.DownloadOptions{}); !bytes.Equal(got, data) {
+		t.Fatal("download after a cut differs")
+	}
+	served := f.served.Load()
+	f.mu.Lock()
+	ranges := append([]string(nil), f.ranges[first:]...)
+	f.mu.Unlock()
+	if len(ranges) < 2 {
+		t.Fatalf("transfer requests %q, want the cut one and its resumption", ranges)
+	}
+	if ranges[0] == ranges[1] {
+		t.Errorf("the cut range was asked again whole: %q", ranges)
+	}
+	const maxChunk = 128 << 10 // a chunk's largest serialized size, header included, rounded up
+	if served > clean+maxChunk {
+		t.Errorf("served %d bytes after the cut, a clean download %d: more than one chunk fetched twice", served, clean)
+	}
+}
+
 func TestNoRetryOnClientErrors(t *testing.T) {
 	f := newFakeCAS(t)
 	srv := startFake(t, f)

@@ -361,13 +361,17 @@ func (b *block) refresh(ctx context.Context, gen int) error {
 // runJob fetches and decodes one range and writes the terms it serves.
 func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, prog *progress) error {
 	refreshes, failovers := 0, 0
+	// data and ends keep the whole chunks decoded so far across attempts, and got counts their
+	// serialized bytes: a retry, a refreshed URL or another edge after a failover asks only for
+	// the rest of the range (an attempt cut mid-body costs at most the chunk it was in).
 	var data []byte
 	var ends []uint32
+	var got uint64
 	err := c.retry(ctx, func(ctx context.Context) error {
 		for {
 			u, gen := b.url(j)
 			var err error
-			data, ends, err = c.fetchRange(ctx, u, j, data[:0], ends[:0], &prog.net)
+			data, ends, got, err = c.fetchRange(ctx, u, j, data, ends, got, &prog.net)
 			if isStatus(err, http.StatusForbidden) && refreshes < maxURLRefreshes {
 				refreshes++
 				if rerr := b.refresh(ctx, gen); rerr != nil {
@@ -446,33 +450,36 @@ func checkTerms(b *block, j *fetchJob, ends []uint32) error {
 	return nil
 }
 
-// fetchRange GETs the serialized chunks of j from u (no Authorization) and decodes them into
-// data; ends receives each chunk's cumulative decoded end. Short or undecodable bodies are
-// transient errors.
-func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32, net *atomic.Int64) ([]byte, []uint32, error) {
+// fetchRange GETs the serialized chunks of j from u (no Authorization) from byte got of the range
+// on and decodes them onto data; ends receives each chunk's cumulative decoded end. It returns
+// the whole chunks decoded so far and their serialized length, also on error, so the caller's
+// next attempt resumes after them. Short or undecodable bodies are transient errors; an answer
+// that does not fit the range drops what was kept (the next attempt starts over).
+func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32, got uint64, net *atomic.Int64) ([]byte, []uint32, uint64, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, u, false)
 	if err != nil {
-		return data, ends, err
+		return data, ends, got, err
 	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", j.bytes.Start, j.bytes.End))
+	start := j.bytes.Start + got
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", start, j.bytes.End))
 	resp, err := c.send(req)
 	if err != nil {
-		return data, ends, err
+		return data, ends, got, err
 	}
 	defer resp.Body.Close()
-	want := int64(j.bytes.End - j.bytes.Start + 1)
+	want := int64(j.bytes.End - start + 1)
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		if cr := resp.Header.Get("Content-Range"); cr != "" && !strings.HasPrefix(cr,
-			"bytes "+strconv.FormatUint(j.bytes.Start, 10)+"-"+strconv.FormatUint(j.bytes.End, 10)+"/") {
-			return data, ends, fmt.Errorf("%w: asked bytes %d-%d, got Content-Range %q", ErrCorrupt, j.bytes.Start, j.bytes.End, cr)
+			"bytes "+strconv.FormatUint(start, 10)+"-"+strconv.FormatUint(j.bytes.End, 10)+"/") {
+			return data, ends, got, fmt.Errorf("%w: asked bytes %d-%d, got Content-Range %q", ErrCorrupt, start, j.bytes.End, cr)
 		}
 	case http.StatusOK:
 		if resp.ContentLength >= 0 && resp.ContentLength != want {
-			return data, ends, fmt.Errorf("%w: asked %d bytes, server sent %d (Range ignored?)", ErrCorrupt, want, resp.ContentLength)
+			return data, ends, got, fmt.Errorf("%w: asked %d bytes, server sent %d (Range ignored?)", ErrCorrupt, want, resp.ContentLength)
 		}
 	default:
-		return data, ends, fmt.Errorf("%w: transfer answered %d", ErrCorrupt, resp.StatusCode)
+		return data, ends, got, fmt.Errorf("%w: transfer answered %d", ErrCorrupt, resp.StatusCode)
 	}
 	nc := int(j.chunks.End - j.chunks.Start)
 	cr := xorb.NewChunkReader(&countingReader{r: io.LimitReader(resp.Body, want), n: net})
@@ -482,19 +489,20 @@ func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []b
 			break
 		}
 		if err != nil {
-			return data, ends, transient(fmt.Errorf("decode chunk %d: %w", len(ends), err))
+			return data, ends, got, transient(fmt.Errorf("decode chunk %d: %w", len(ends), err))
 		}
 		if len(ends) == nc {
-			return data, ends, transient(fmt.Errorf("%w: more than %d chunks in range", ErrCorrupt, nc))
+			return data[:0], ends[:0], 0, transient(fmt.Errorf("%w: more than %d chunks in range", ErrCorrupt, nc))
 		}
 		data = append(data, raw...)
 		ends = append(ends, uint32(len(data)))
+		got = start - j.bytes.Start + uint64(cr.Offset())
 	}
-	if len(ends) != nc || cr.Offset() != want {
-		return data, ends, transient(fmt.Errorf("%w: range holds %d chunks in %d bytes, want %d chunks in %d bytes",
-			ErrCorrupt, len(ends), cr.Offset(), nc, want))
+	if len(ends) != nc || got != j.bytes.End-j.bytes.Start+1 {
+		return data[:0], ends[:0], 0, transient(fmt.Errorf("%w: range holds %d chunks in %d bytes, want %d chunks in %d bytes",
+			ErrCorrupt, len(ends), got, nc, j.bytes.End-j.bytes.Start+1))
 	}
-	return data, ends, nil
+	return data, ends, got, nil
 }
 
 // reconstruct asks for the reconstruction of file bytes [first, last]: v2, or v1 after a 404 or

@@ -50,11 +50,14 @@ type fakeCAS struct {
 	forbidN   int  // the next forbidN transfer requests bump gen first
 	corruptN  int  // the next corruptN transfer answers flip a byte
 	truncN    int  // the next truncN transfer answers stop one byte short of their Content-Length
+	cutN      int  // the next cutN transfer answers stop after half their bytes
 	hits      map[string]int
+	ranges    []string // Range headers of the transfer requests, in arrival order
 
 	xorbBytes   atomic.Int64
 	shardBytes  atomic.Int64
-	transferHdr atomic.Bool // a transfer request carried Authorization
+	transferHdr atomic.Bool  // a transfer request carried Authorization
+	served      atomic.Int64 // bytes the transfer route wrote
 	sessionIDs  sync.Map
 }
 
@@ -347,13 +350,17 @@ func (f *fakeCAS) transfer(w http.ResponseWriter, r *http.Request) {
 		f.gen++
 	}
 	cur, body := f.gen, f.xorbs[h]
-	corrupt, trunc := f.corruptN > 0, f.truncN > 0
+	corrupt, trunc, cut := f.corruptN > 0, f.truncN > 0, f.cutN > 0
 	if corrupt {
 		f.corruptN--
 	}
 	if trunc {
 		f.truncN--
 	}
+	if cut {
+		f.cutN--
+	}
+	f.ranges = append(f.ranges, r.Header.Get("Range"))
 	f.mu.Unlock()
 	if gen != cur {
 		http.Error(w, "expired", http.StatusForbidden)
@@ -384,7 +391,11 @@ func (f *fakeCAS) transfer(w http.ResponseWriter, r *http.Request) {
 	if trunc {
 		part = part[:len(part)-1]
 	}
-	_, _ = w.Write(part)
+	if cut {
+		part = part[:len(part)/2]
+	}
+	n, _ := w.Write(part)
+	f.served.Add(int64(n))
 }
 
 // hasSession reports whether any request carried a session id in UUID v7 form.
