@@ -238,9 +238,11 @@ recon() {
 	note "$name"
 	log "$name: $RATE recon/s for $DURATION s"
 	local rc=0
+	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-before.txt" || true
 	"$B/reconload" -url "http://$url" -sample "$WORK/sample-$db.jsonl" -token-cmd "$(tokcmd "$db")" -rate "$RATE" \
 		-duration "${DURATION}s" -zipf "$ZIPF" -range-share "$RANGE_SHARE" -pid "$where=$pid" -pid "origin=${OPID[$db]}" \
 		-progress 10s -out "$OUT/$name.json" >"$OUT/$name.txt" || rc=$?
+	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-after.txt" || true
 	cat "$OUT/$name.txt"
 	[ $rc -eq 0 ] || [ $rc -eq 3 ] || die "reconload failed (exit $rc)"
 }
@@ -269,9 +271,9 @@ if [ "$SHARDS" -gt 0 ]; then
 	for db in small large; do
 		W=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/shards --access write)
 		note "shards-$db"
-		log "shard registration $db: $SHARDS shards, 32 at a time"
+		log "shard registration $db: $SHARDS shards, 16 at a time (the per-scope upload limit)"
 		"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
-			-n "$SHARDS" -concurrency 32 | tee "$OUT/shards-$db.txt"
+			-n "$SHARDS" -concurrency 16 | tee "$OUT/shards-$db.txt"
 	done
 fi
 

@@ -125,9 +125,9 @@ func load(ctx context.Context, c *config, stdout, log io.Writer) error {
 	}
 	s := &synth{seed: c.seed, xorbs: c.xorbs, chunks: c.chunks, maxTerms: c.maxTerms, repos: c.repos, hashes: make([]hash.Hash, c.xorbs)}
 	start := time.Now()
-	progress := func(what string, i, n int) {
+	progress := func(what string, i, n int, since time.Time) {
 		if n >= 10 && i%(n/10) == 0 && i > 0 {
-			el := time.Since(start)
+			el := time.Since(since)
 			fmt.Fprintf(log, "indexload: %s %d/%d (%.0f%%), %s elapsed, %.0f rows/s\n", what, i, n, 100*float64(i)/float64(n),
 				el.Round(time.Second), float64(i)/el.Seconds())
 		}
@@ -157,7 +157,7 @@ func load(ctx context.Context, c *config, stdout, log io.Writer) error {
 			return nil, err
 		}
 		i++
-		progress("xorbs", i, c.xorbs)
+		progress("xorbs", i, c.xorbs, start)
 		return []any{l.Hash[:], int64(l.ChunkAreaLen()), b}, nil
 	})); err != nil {
 		return fmt.Errorf("copy xorbs: %w", err)
@@ -193,12 +193,13 @@ func load(ctx context.Context, c *config, stdout, log io.Writer) error {
 			}
 		}
 		j++
-		progress("files", j, c.files)
+		progress("files", j, c.files, start)
 		return []any{rec.Hash[:], b}, nil
 	})); err != nil {
 		return fmt.Errorf("copy files: %w", err)
 	}
 	k := 0
+	visStart := time.Now()
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"visibility"}, []string{"scope", "file"}, pgx.CopyFromFunc(func() ([]any, error) {
 		if k == c.files {
 			return nil, nil
@@ -206,6 +207,7 @@ func load(ctx context.Context, c *config, stdout, log io.Writer) error {
 		h := s.fileHash(k)
 		sc := s.scope(k)
 		k++
+		progress("visibility", k, c.files, visStart)
 		return []any{sc, h[:]}, nil
 	})); err != nil {
 		return fmt.Errorf("copy visibility: %w", err)
