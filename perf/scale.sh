@@ -22,13 +22,14 @@
 #
 # Environment: SCALE (10000000), SMALL (10000), CHUNKS (8), MAX_TERMS (100), REPOS (1000),
 # SAMPLES (10000 per index), RATE (1000), DURATION (60 s), ZIPF (1.1), RANGE_SHARE (0.2), GATE (1),
-# SHARDS (4000; 0 skips), PORT_BASE (31800; eleven ports from it, which must be free), WORK
+# SHARDS (4000; 0 skips), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
+# objects), RECON (1; 0 skips the reconload steps), PORT_BASE (31800; eleven ports from it, which must be free), WORK
 # (mktemp under /tmp), OUT, MIN_FREE_GB (20), MEASURE (1), KEEP.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
-GATE=${GATE:-1} SHARDS=${SHARDS:-4000} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
+GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
 log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -43,6 +44,8 @@ num SAMPLES "$SAMPLES"; num DURATION "$DURATION"; num SHARDS "$SHARDS"; num PORT
 [ "$DURATION" -ge 1 ] || die "DURATION=$DURATION: want >= 1"
 [[ $GATE == 0 || $GATE == 1 ]] || die "GATE=$GATE: want 0 or 1"
 [[ $MEASURE == 0 || $MEASURE == 1 ]] || die "MEASURE=$MEASURE: want 0 or 1"
+[[ $READ_AHEAD == 0 || $READ_AHEAD == 1 ]] || die "READ_AHEAD=$READ_AHEAD: want 0 or 1"
+[[ $RECON == 0 || $RECON == 1 ]] || die "RECON=$RECON: want 0 or 1"
 
 for port in $(seq "$P" $((P + 10))); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port is in use: set PORT_BASE to eleven free ports"; fi
@@ -119,7 +122,7 @@ log "building into $B"
 	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 	echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores"
 	echo "postgres: $("$PGBIN/postgres" --version 2>/dev/null || echo unknown)"
-	echo "settings: SCALE=$SCALE SMALL=$SMALL CHUNKS=$CHUNKS MAX_TERMS=$MAX_TERMS REPOS=$REPOS SAMPLES=$SAMPLES RATE=$RATE DURATION=$DURATION ZIPF=$ZIPF RANGE_SHARE=$RANGE_SHARE"
+	echo "settings: SCALE=$SCALE SMALL=$SMALL CHUNKS=$CHUNKS MAX_TERMS=$MAX_TERMS REPOS=$REPOS SAMPLES=$SAMPLES RATE=$RATE DURATION=$DURATION ZIPF=$ZIPF RANGE_SHARE=$RANGE_SHARE GATE=$GATE SHARDS=$SHARDS READ_AHEAD=$READ_AHEAD RECON=$RECON"
 } >>"$OUT/run.txt"
 
 PGPORT_=$P
@@ -219,11 +222,15 @@ edge() { # edge DB: a fresh edge (cold caches) in front of DB's origin
 	[ "$db" = large ] && base=$((P + 8))
 	d=$WORK/edge-$db
 	rm -rf "$d"
+	# Read-ahead off: the synthetic xorbs have no objects, so every prefetch of an answered
+	# reconstruction would be a 404 from the origin (tens of thousands a minute at 1,000/s) that
+	# a real deployment would not pay for nothing. READ_AHEAD=1 keeps it on.
+	if [ "$READ_AHEAD" = 1 ]; then echo '{}' >"$WORK/edge-$db.json"; else echo '{"cache":{"read_ahead_bytes":-1}}' >"$WORK/edge-$db.json"; fi
 	EURL[$db]=127.0.0.1:$((base + 1)) EADM[$db]=127.0.0.1:$((base + 2))
 	"$B/xet-edge" --origin "http://${OURL[$db]}" \
 		--origin-token "$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope edge --access edge)" \
 		--data-dir "$d" --listen "127.0.0.1:$base" --http-listen "${EURL[$db]}" --public-url "http://${EURL[$db]}" \
-		--admin-listen "${EADM[$db]}" >>"$WORK/edge-$db.log" 2>&1 &
+		--admin-listen "${EADM[$db]}" --config "$WORK/edge-$db.json" >>"$WORK/edge-$db.log" 2>&1 &
 	EPID[$db]=$!
 	pids+=(${EPID[$db]})
 	up "http://${EURL[$db]}/healthz" ${EPID[$db]}
@@ -246,9 +253,11 @@ recon() {
 	cat "$OUT/$name.txt"
 	[ $rc -eq 0 ] || [ $rc -eq 3 ] || die "reconload failed (exit $rc)"
 }
-for db in small large; do recon origin $db ""; done
-for db in small large; do recon edge $db cold; done
-for db in small large; do recon edge $db warm; done
+if [ "$RECON" = 1 ]; then
+	for db in small large; do recon origin $db ""; done
+	for db in small large; do recon edge $db cold; done
+	for db in small large; do recon edge $db warm; done
+fi
 
 if [ "$GATE" = 1 ]; then
 	for db in small large; do

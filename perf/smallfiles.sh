@@ -89,7 +89,10 @@ stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true;
 upload() {
 	local c0 c1 w
 	c0=$(cpu "$4")
-	w=$("$PY" - "$2" "$3" "$WORK/files" <<'EOF'
+	# A fresh client cache per upload: hf_xet remembers what it uploaded (its shard cache) and
+	# would otherwise skip the xorbs on the next, empty, server.
+	rm -rf "$WORK/hf"
+	w=$(HF_HOME=$WORK/hf HF_XET_CACHE=$WORK/hf/xet "$PY" - "$2" "$3" "$WORK/files" <<'EOF'
 import os, sys, time, hf_xet
 url, tok, d = sys.argv[1], sys.argv[2], sys.argv[3]
 paths = sorted(os.path.join(d, f) for f in os.listdir(d))
