@@ -190,10 +190,15 @@ func TestAgainstOrigin(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	args[1] = "http://" + addr
+	gone := []string{"-url", "http://" + addr, "-sample", sample, "-token-cmd", tokenCmd, "-duration", "1s"}
 	se.Reset()
-	if code := run(context.Background(), args, io.Discard, &se); code != 1 || !strings.Contains(se.String(), "check before the run") {
+	if code := run(context.Background(), gone, io.Discard, &se); code != 1 || !strings.Contains(se.String(), "check before the run") {
 		t.Fatalf("server gone: %d %q", code, se.String())
+	}
+	// ... and naming its (gone) process is bad input.
+	se.Reset()
+	if code := run(context.Background(), args, io.Discard, &se); code != 2 || !strings.Contains(se.String(), "-pid origin=") {
+		t.Fatalf("gone -pid: %d %q", code, se.String())
 	}
 }
 
