@@ -7,6 +7,7 @@
 #   make budgets               re-measure the allocation budgets (perf/allocbudget/budgets.txt)
 #   make perf SCENARIO=zipf SCALE=0   a short end-to-end performance run (perf/run.sh)
 #   make regions               simulated regions over the user-space link emulator, as root (perf/regions.sh)
+#   make perf-scale SCALE=10000000    the index-at-scale measurements on their own PostgreSQL (perf/scale.sh)
 #
 # Variables worth overriding: RACE (set RACE= to test without the race detector),
 # TEST_TIMEOUT, TEST_FLAGS (extra `go test` flags, e.g. -short), PKG.
@@ -34,6 +35,7 @@ FUZZTIME ?= 10s
 # make perf: the trace scenario and the size of the synthetic index loaded first (0: none).
 SCENARIO ?= zipf
 SCALE ?= 0
+EDGES ?= 1
 BENCH ?= .
 BENCHTIME ?= 200ms
 COUNT ?= 1
@@ -42,7 +44,7 @@ COUNT ?= 1
 EDGE_FORBIDDEN := github.com/jackc/pgx|github.com/lib/pq|github.com/minio/minio-go|modernc.org/sqlite|github.com/mattn/go-sqlite3
 
 .PHONY: help build run test go-test lint fmt-check vet staticcheck check-edge-deps fuzz bench \
-	services services-stop services-status clean alloc-budgets budgets perf
+	services services-stop services-status clean alloc-budgets budgets perf perf-scale
 
 help:
 	@echo "make run          run xetcdn on embedded defaults: origin :8080 + edge :8443"
@@ -55,6 +57,7 @@ help:
 	@echo "make budgets      re-measure those budgets and rewrite the file (commit it with the change)"
 	@echo "make perf         replay SCENARIO=$(SCENARIO) twice and the 100k-term gate on Postgres+MinIO; results in perf/results/"
 	@echo "make regions      origin, edges and clients in network namespaces over emulated 100 ms/0.5 % links (root); results in perf/results/"
+	@echo "make perf-scale   10^4 vs SCALE (10^7) files: open-loop reconstructions, gate, shards, sizes (perf/scale.sh)"
 	@echo "make bench        benchmarks (BENCH=$(BENCH) BENCHTIME=$(BENCHTIME) COUNT=$(COUNT) PKG=$(PKG))"
 	@echo "make services / services-stop / services-status   the integration test services"
 
@@ -143,7 +146,12 @@ budgets:
 
 # A short end-to-end performance run (about 10 minutes on 2 cores): perf/run.sh, perf/README.md.
 perf:
-	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) perf/run.sh
+	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) EDGES=$(EDGES) perf/run.sh
+
+# The index-at-scale measurements (issue 13): its own PostgreSQL, 10^4 and SCALE (10^7) files
+# side by side; about an hour on 2 cores and ~16 GB of disk at 10^7: perf/scale.sh, perf/README.md.
+perf-scale:
+	@SCALE=$(filter-out 0,$(SCALE)) perf/scale.sh
 
 # Environment knobs (SIZE_MB, SHARDS, ROUNDS, HF, RTT_INTER, LOSS_INTER, ...): perf/regions.sh.
 .PHONY: regions

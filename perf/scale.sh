@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# scale.sh — `make perf-scale`: the index-at-scale measurements of issue 13 (perf/README.md,
+# "Index at scale: make perf-scale").
+#
+# Starts its OWN PostgreSQL (initdb in WORK, port PORT_BASE; never the shared test services),
+# loads two synthetic indexes with indexload — SMALL files and xorbs (10^4) and SCALE (10^7) —
+# in a lean shape (CHUNKS chunks per xorb, files of 1..MAX_TERMS terms), with the load-only
+# settings fsync=off and wal_level=minimal, then restarts the server durable (fsync=on,
+# synchronous_commit=on) and starts one origin and one edge per index. It then measures, the two
+# scales side by side (small, then large, for every step):
+#   1. reconload: RATE reconstructions/s open loop for DURATION s over a Zipf mix of sampled files,
+#      on the origin, on a cold edge, then on the now warm edge;
+#   2. the 100,000-term gate (reconbench, shape worst: 200 full + 200 ranged, one at a time) on
+#      the origin;
+#   3. shard registration (ingestbench -mode shards, hf_xet-like 4-file shards, durable Postgres);
+#   4. database size per table and index, the servers' cache metrics and resident memory.
+# Results (text, JSON, logs, run.txt with `uptime` before every step) go to OUT
+# (perf/results/<UTC time>-scale). A watchdog stops the run if the file system of WORK falls
+# under MIN_FREE_GB free. On success, failure or Ctrl-C everything it started is stopped and WORK
+# (the database included) is removed; KEEP=1 keeps WORK and a later run with the same WORK reuses
+# the loaded database (MEASURE=0: load only).
+#
+# Environment: SCALE (10000000), SMALL (10000), CHUNKS (8), MAX_TERMS (100), REPOS (1000),
+# SAMPLES (10000 per index), RATE (1000), DURATION (60 s), ZIPF (1.1), RANGE_SHARE (0.2), GATE (1),
+# SHARDS (4000; 0 skips), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
+# objects), RECON (1; 0 skips the reconload steps), PORT_BASE (31800; eleven ports from it, which must be free), WORK
+# (mktemp under /tmp), OUT, MIN_FREE_GB (20), MEASURE (1), KEEP.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
+SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
+GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
+OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
+log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+num() { [[ $2 =~ ^[0-9]+$ ]] || die "$1=$2: want a whole number"; }
+num SCALE "$SCALE"; num SMALL "$SMALL"; num CHUNKS "$CHUNKS"; num MAX_TERMS "$MAX_TERMS"; num REPOS "$REPOS"
+num SAMPLES "$SAMPLES"; num DURATION "$DURATION"; num SHARDS "$SHARDS"; num PORT_BASE "$P"; num MIN_FREE_GB "$MIN_FREE_GB"
+[[ $RATE =~ ^[0-9]+([.][0-9]+)?$ ]] || die "RATE=$RATE: want a number of requests per second"
+[[ $ZIPF =~ ^[0-9]+([.][0-9]+)?$ ]] || die "ZIPF=$ZIPF: want a number > 1"
+[[ $RANGE_SHARE =~ ^(0|1|0?[.][0-9]+)$ ]] || die "RANGE_SHARE=$RANGE_SHARE: want a number in [0, 1]"
+[ "$SCALE" -ge 1 ] && [ "$SMALL" -ge 1 ] || die "SCALE and SMALL must be >= 1"
+[ "$DURATION" -ge 1 ] || die "DURATION=$DURATION: want >= 1"
+[[ $GATE == 0 || $GATE == 1 ]] || die "GATE=$GATE: want 0 or 1"
+[[ $MEASURE == 0 || $MEASURE == 1 ]] || die "MEASURE=$MEASURE: want 0 or 1"
+[[ $READ_AHEAD == 0 || $READ_AHEAD == 1 ]] || die "READ_AHEAD=$READ_AHEAD: want 0 or 1"
+[[ $RECON == 0 || $RECON == 1 ]] || die "RECON=$RECON: want 0 or 1"
+
+for port in $(seq "$P" $((P + 10))); do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port is in use: set PORT_BASE to eleven free ports"; fi
+done
+
+# PostgreSQL binaries and the system user it runs as (it refuses root), as scripts/services.sh.
+PGBIN=
+for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV) "$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")"; do
+	if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then PGBIN=$d; break; fi
+done
+[ -n "$PGBIN" ] || die "no PostgreSQL server binaries (initdb, pg_ctl) found"
+PGUSER_SYS=$(id -un)
+if [ "$(id -u)" = 0 ]; then
+	if id postgres >/dev/null 2>&1; then PGUSER_SYS=postgres; elif id xetcdn-pg >/dev/null 2>&1; then PGUSER_SYS=xetcdn-pg; else
+		useradd --system --no-create-home --shell /usr/sbin/nologin xetcdn-pg
+		PGUSER_SYS=xetcdn-pg
+	fi
+fi
+as_pg() { if [ "$PGUSER_SYS" = "$(id -un)" ]; then "$@"; else runuser -u "$PGUSER_SYS" -- "$@"; fi; }
+
+made_work=
+if [ -z "${WORK:-}" ]; then
+	WORK=$(mktemp -d /tmp/xetscale.XXXXXX)
+	made_work=1
+fi
+mkdir -p "$WORK" "$OUT"
+chmod 755 "$WORK"
+PGDATA_=$WORK/pg
+pids=()
+pg_up=
+watchdog=
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	if [ -n "$pg_up" ]; then
+		as_pg "$PGBIN/pg_ctl" -D "$PGDATA_" -m fast -w -t 120 stop >/dev/null 2>&1 ||
+			as_pg "$PGBIN/pg_ctl" -D "$PGDATA_" -m immediate -w -t 30 stop >/dev/null 2>&1 || log "could not stop PostgreSQL in $PGDATA_"
+	fi
+	if [ -n "${KEEP:-}" ]; then log "kept $WORK (WORK=$WORK reuses its database)"; else rm -rf "$WORK"; fi
+	[ $rc -eq 0 ] || log "failed (exit $rc); partial results in $OUT"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_gb() { df -P --block-size=1G "$WORK" | awk 'NR==2 {print $4}'; }
+# The watchdog: the disk is shared; stop the run (TERM to this script) before it leaves less
+# than MIN_FREE_GB free.
+(
+	while sleep 5; do
+		f=$(free_gb)
+		if [ "$f" -lt "$MIN_FREE_GB" ]; then
+			log "only $f GB free on $WORK's file system (MIN_FREE_GB=$MIN_FREE_GB): stopping the run"
+			kill -TERM $$
+			exit 0
+		fi
+	done
+) &
+watchdog=$!
+
+note() { # note WHAT: the machine load next to every step, in run.txt
+	printf '%s %s | %s | free %s GB\n' "$(date -u +%H:%M:%S)" "$1" "$(uptime | sed 's/.*load/load/')" "$(free_gb)" >>"$OUT/run.txt"
+}
+
+B=$WORK/bin
+mkdir -p "$B"
+log "building into $B"
+(cd "$ROOT" && go build -o "$B/" ./cmd/xet-origin ./perf/cmd/indexload)
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+	echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores"
+	echo "postgres: $("$PGBIN/postgres" --version 2>/dev/null || echo unknown)"
+	echo "settings: SCALE=$SCALE SMALL=$SMALL CHUNKS=$CHUNKS MAX_TERMS=$MAX_TERMS REPOS=$REPOS SAMPLES=$SAMPLES RATE=$RATE DURATION=$DURATION ZIPF=$ZIPF RANGE_SHARE=$RANGE_SHARE GATE=$GATE SHARDS=$SHARDS READ_AHEAD=$READ_AHEAD RECON=$RECON"
+} >>"$OUT/run.txt"
+
+PGPORT_=$P
+pg_start() { # pg_start load|durable
+	# One line: pg_ctl hands -o to a shell, which would end the command at a newline.
+	local opts="-c port=$PGPORT_ -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDATA_ -c max_connections=200"
+	opts+=" -c shared_buffers=512MB -c maintenance_work_mem=256MB -c max_wal_size=2GB -c checkpoint_timeout=30min"
+	if [ "$1" = load ]; then
+		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_level=minimal -c max_wal_senders=0 -c autovacuum=off"
+	fi
+	as_pg "$PGBIN/pg_ctl" -D "$PGDATA_" -l "$WORK/pg.log" -o "$opts" -w -t 120 start >/dev/null ||
+		{ tail -n 20 "$WORK/pg.log" >&2; die "PostgreSQL did not start"; }
+	pg_up=1
+}
+pg_stop() {
+	as_pg "$PGBIN/pg_ctl" -D "$PGDATA_" -m fast -w -t 300 stop >/dev/null
+	pg_up=
+}
+psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT_" -U xet "$@"; }
+dsn() { echo "postgres://xet@127.0.0.1:$PGPORT_/$1?sslmode=disable"; }
+
+up() { # up URL PID: wait (120 s at most) until URL answers
+	for _ in $(seq 1200); do
+		curl -sf -o /dev/null --max-time 2 "$1" && return 0
+		kill -0 "$2" 2>/dev/null || die "process $2 exited before $1 answered (logs in $WORK)"
+		sleep 0.1
+	done
+	die "$1 did not answer within 120 s"
+}
+stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# origin NAME DB LISTEN ADMIN: start an origin on database DB with its objects on local disk.
+origin() {
+	printf '{"index":{"driver":"postgres"}}\n' >"$WORK/$1.json"
+	XETCDN_POSTGRES_DSN=$(dsn "$2") "$B/xet-origin" --data-dir "$WORK/$1" --listen "$3" --admin-listen "$4" \
+		--config "$WORK/$1.json" >>"$WORK/$1.log" 2>&1 &
+	LAST=$!
+	pids+=($LAST)
+	up "http://$3/healthz" $LAST
+}
+
+if [ ! -f "$WORK/loaded" ]; then
+	rm -rf "$PGDATA_"
+	mkdir -m 700 "$PGDATA_"
+	chown "$PGUSER_SYS" "$PGDATA_"
+	touch "$WORK/pg.log" && chown "$PGUSER_SYS" "$WORK/pg.log"
+	as_pg "$PGBIN/initdb" -D "$PGDATA_" -U xet --auth=trust --encoding=UTF8 --no-locale >"$WORK/initdb.log" 2>&1 ||
+		{ cat "$WORK/initdb.log" >&2; die "initdb failed"; }
+	pg_start load
+	log "PostgreSQL (load settings: fsync=off, wal_level=minimal) on 127.0.0.1:$PGPORT_, data in $PGDATA_, $(free_gb) GB free"
+	for db in small large; do
+		psql_ -d postgres -c "CREATE DATABASE $db"
+		origin "origin-$db" "$db" "127.0.0.1:$((P + 1))" "127.0.0.1:$((P + 2))" # migrates on start
+		stop_pid "$LAST"
+	done
+	for db in small large; do
+		n=$SMALL
+		[ $db = large ] && n=$SCALE
+		note "indexload $db ($n files, $n xorbs)"
+		log "loading $n files and $n xorbs into $db (progress every 10 %)"
+		start=$(date +%s)
+		"$B/indexload" -dsn "$(dsn $db)" -files "$n" -xorbs "$n" -chunks "$CHUNKS" -max-terms "$MAX_TERMS" \
+			-repos "$(( REPOS < n ? REPOS : n ))" -sample "$WORK/sample-$db.jsonl" -samples "$SAMPLES" | tee "$OUT/indexload-$db.txt"
+		echo "load time: $(( $(date +%s) - start )) s" | tee -a "$OUT/indexload-$db.txt"
+		note "indexload $db done"
+	done
+	touch "$WORK/loaded"
+	pg_stop
+fi
+cp "$WORK"/sample-*.jsonl "$OUT/" 2>/dev/null || true
+[ "$MEASURE" = 1 ] || { log "loaded (MEASURE=0): no measurement"; exit 0; }
+
+(cd "$ROOT" && go build -o "$B/" ./cmd/xet-origin ./cmd/xet-edge ./perf/cmd/reconload ./perf/cmd/reconbench ./perf/cmd/ingestbench)
+pg_start durable
+log "PostgreSQL durable (fsync=on, synchronous_commit=on) on 127.0.0.1:$PGPORT_"
+{
+	echo "# database sizes (MiB): table rows with TOAST, indexes"
+	for db in small large; do
+		psql_ -d "$db" -At -F ' ' -c "SELECT '$db', 'database', pg_database_size(current_database())>>20, 0
+			UNION ALL SELECT '$db', relname, pg_table_size(c.oid)>>20, pg_indexes_size(c.oid)>>20
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = 'public' AND c.relkind = 'r' AND pg_total_relation_size(c.oid) > 0 ORDER BY 1, 3 DESC"
+	done
+} | tee "$OUT/dbsize.txt"
+
+declare -A OPID EPID OURL EURL OADM EADM
+i=1
+for db in small large; do
+	OURL[$db]=127.0.0.1:$((P + i)) OADM[$db]=127.0.0.1:$((P + i + 1))
+	origin "origin-$db" "$db" "${OURL[$db]}" "${OADM[$db]}"
+	OPID[$db]=$LAST
+	i=$((i + 2))
+done
+tokcmd() { echo "$B/xet-origin token --data-dir $WORK/origin-$1 --ttl 24h --access read --scope"; }
+edge() { # edge DB: a fresh edge (cold caches) in front of DB's origin
+	local db=$1 base=$((P + 5)) d
+	[ "$db" = large ] && base=$((P + 8))
+	d=$WORK/edge-$db
+	rm -rf "$d"
+	# Read-ahead off: the synthetic xorbs have no objects, so every prefetch of an answered
+	# reconstruction would be a 404 from the origin (tens of thousands a minute at 1,000/s) that
+	# a real deployment would not pay for nothing. READ_AHEAD=1 keeps it on.
+	if [ "$READ_AHEAD" = 1 ]; then echo '{}' >"$WORK/edge-$db.json"; else echo '{"cache":{"read_ahead_bytes":-1}}' >"$WORK/edge-$db.json"; fi
+	EURL[$db]=127.0.0.1:$((base + 1)) EADM[$db]=127.0.0.1:$((base + 2))
+	"$B/xet-edge" --origin "http://${OURL[$db]}" \
+		--origin-token "$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope edge --access edge)" \
+		--data-dir "$d" --listen "127.0.0.1:$base" --http-listen "${EURL[$db]}" --public-url "http://${EURL[$db]}" \
+		--admin-listen "${EADM[$db]}" --config "$WORK/edge-$db.json" >>"$WORK/edge-$db.log" 2>&1 &
+	EPID[$db]=$!
+	pids+=(${EPID[$db]})
+	up "http://${EURL[$db]}/healthz" ${EPID[$db]}
+}
+for db in small large; do edge $db; done
+log "origins ${OURL[small]} (small), ${OURL[large]} (large); edges ${EURL[small]}, ${EURL[large]}"
+
+# recon WHERE DB PASS: RATE reconstructions/s for DURATION s over DB's sample.
+recon() {
+	local where=$1 db=$2 pass=$3 url pid name=recon-$1-$2${3:+-$3}
+	if [ "$where" = origin ]; then url=${OURL[$db]} pid=${OPID[$db]}; else url=${EURL[$db]} pid=${EPID[$db]}; fi
+	note "$name"
+	log "$name: $RATE recon/s for $DURATION s"
+	local rc=0
+	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-before.txt" || true
+	"$B/reconload" -url "http://$url" -sample "$WORK/sample-$db.jsonl" -token-cmd "$(tokcmd "$db")" -rate "$RATE" \
+		-duration "${DURATION}s" -zipf "$ZIPF" -range-share "$RANGE_SHARE" -pid "$where=$pid" -pid "origin=${OPID[$db]}" \
+		-progress 10s -out "$OUT/$name.json" >"$OUT/$name.txt" || rc=$?
+	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-after.txt" || true
+	cat "$OUT/$name.txt"
+	[ $rc -eq 0 ] || [ $rc -eq 3 ] || die "reconload failed (exit $rc)"
+}
+if [ "$RECON" = 1 ]; then
+	for db in small large; do recon origin $db ""; done
+	for db in small large; do recon edge $db cold; done
+	for db in small large; do recon edge $db warm; done
+fi
+
+if [ "$GATE" = 1 ]; then
+	for db in small large; do
+		W=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/gate --access write)
+		R=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/gate --access read)
+		log "gate $db: loading the 100,000-term fixture (minutes)"
+		"$B/reconbench" -url "http://${OURL[$db]}" -write-token "$W" -read-token "$R" -shapes worst -full 0 -ranged 0 >/dev/null
+	done
+	for db in small large; do
+		W=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/gate --access write)
+		R=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/gate --access read)
+		note "gate-$db"
+		log "gate $db: 200 full + 200 ranged, one at a time"
+		"$B/reconbench" -url "http://${OURL[$db]}" -write-token "$W" -read-token "$R" -shapes worst \
+			-server-pid "${OPID[$db]}" | tee "$OUT/gate-$db.txt"
+	done
+fi
+
+if [ "$SHARDS" -gt 0 ]; then
+	for db in small large; do
+		W=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/shards --access write)
+		note "shards-$db"
+		log "shard registration $db: $SHARDS shards, 16 at a time (the per-scope upload limit)"
+		"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
+			-n "$SHARDS" -concurrency 16 | tee "$OUT/shards-$db.txt"
+	done
+fi
+
+{
+	for db in small large; do
+		for w in origin edge; do
+			if [ $w = origin ]; then pid=${OPID[$db]} adm=${OADM[$db]}; else pid=${EPID[$db]} adm=${EADM[$db]}; fi
+			echo "# $w $db: $(grep VmRSS /proc/"$pid"/status)"
+			curl -sf --max-time 10 "http://$adm/metrics" | grep -E '^xet_[a-z_]*(cache|layout)[a-z_]*(bytes|entries|used)[a-z_]* ' || true
+		done
+	done
+} | tee "$OUT/caches.txt"
+note "done"
+log "results in $OUT"
