@@ -51,7 +51,9 @@ func TestTUNBetweenNamespaces(t *testing.T) {
 	a, b := fmt.Sprintf("lkt%d-a", os.Getpid()), fmt.Sprintf("lkt%d-b", os.Getpid())
 	for _, ns := range []string{a, b} {
 		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+			// A root shell inside a container may be denied namespaces; that machine cannot
+			// run perf/regions.sh either, so this says so rather than failing the suite.
+			t.Skipf("network namespaces unavailable here (ip netns add %s: %v: %s)", ns, err, out)
 		}
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	}
