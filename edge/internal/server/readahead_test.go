@@ -183,6 +183,14 @@ func TestReadAhead(t *testing.T) {
 	if v := gathered(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached"); v != cachedBefore {
 		t.Fatalf("warm answer: Prefetch looked at %v cached segments, want none", v-cachedBefore)
 	}
+	// The warm check is on every answer's path: it allocates nothing.
+	a, err := srv.plan(context.Background(), rec, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { srv.readAhead(context.Background(), a) }); n != 0 {
+		t.Fatalf("read-ahead of a warm answer: %v allocations, want 0", n)
+	}
 }
 
 // TestFirstRanges: the fetch ranges of the first terms, in term order, each once, within the
