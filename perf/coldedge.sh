@@ -6,13 +6,24 @@
 # polled every 10 ms), and for the edge downloads the edge process's CPU seconds spent on the
 # download (utime+stime from /proc/PID/stat, after minus before) and its peak RSS (VmHWM).
 #
-#   perf/coldedge.sh [REV ...]        e.g. perf/coldedge.sh main HEAD   (default: the work tree)
+#   perf/coldedge.sh [REV[@CONFIG] ...]   e.g. perf/coldedge.sh main HEAD   (default: the work tree)
 #
 # Each REV is checked out into a temporary worktree and built there; without REV the current
-# tree is built. Every revision gets its own origin (embedded defaults) and its own upload of the
+# tree is built. REV@CONFIG runs that revision's edges with --config CONFIG (a JSON file), so one
+# run can compare settings side by side, e.g. `HEAD HEAD@noreadahead.json` with
+# {"cache": {"read_ahead_bytes": -1}}. Every revision gets its own origin (embedded defaults) and its own upload of the
 # same file; every round starts a new edge per revision and per protocol, so each edge download
 # is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
 # issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK.
+#
+# Each edge download also reports edge_fb_ms: the edge's own mean time from a missed transfer
+# request to its first verified byte (xet_edge_datacache_miss_first_byte_seconds sum ÷ count).
+# The client's ttfb is later than that by design: `xet download -o -` writes a fetch range only
+# once all of it arrived, so its first byte waits for the file's first whole xorb range.
+#
+# CLIENT_DELAY_MS=N puts perf/cmd/delayrelay (N ms each way) between the clients and both the
+# origin and the edges; ORIGIN_DELAY_MS=N puts one between the edges and the origin (a far
+# origin). Both default to 0 (loopback).
 #
 # PYTHON=path (e.g. $XETCDN_TEST_PYTHON from the test environment, with hf_xet 1.8.0 installed)
 # adds the same three downloads with the stock hf_xet client (test/interop/hfxet_driver.py, its
@@ -52,13 +63,24 @@ up() {
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; } # CLK_TCK = 100 on Linux
 hwm() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status"; }
 
-CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64}
+CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64} CLIENT_DELAY_MS=${CLIENT_DELAY_MS:-0} ORIGIN_DELAY_MS=${ORIGIN_DELAY_MS:-0}
+if [ "$CLIENT_DELAY_MS" != 0 ] || [ "$ORIGIN_DELAY_MS" != 0 ]; then
+	(cd "$ROOT" && go build -o "$WORK/" ./perf/cmd/delayrelay)
+fi
+# relay PORT TARGET MS: a delay relay on 127.0.0.1:PORT to TARGET (host:port).
+relay() {
+	"$WORK/delayrelay" -listen "127.0.0.1:$1" -to "$2" -delay "$3ms" 2>>"$WORK/relay.log" &
+	pids+=($!)
+}
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/rand.bin"
 for ((c = 0; c < CLIENTS; c++)); do head -c $((BURST_MB << 20)) /dev/urandom >"$WORK/burst$c.bin"; done
-declare -A origin etok rtok file burst
+declare -A origin etok rtok file burst config corigin cedge ctls edgeorigin
 i=0
-for rev in "${revs[@]}"; do
+for spec in "${revs[@]}"; do
+	rev=${spec%%@*}
 	n=r$i
+	config[$n]=""
+	[ "$spec" = "$rev" ] || config[$n]=$(realpath "${spec#*@}")
 	mkdir -p "$WORK/$n"
 	src=$ROOT
 	if [ "$rev" != worktree ]; then
@@ -72,6 +94,19 @@ for rev in "${revs[@]}"; do
 	pids+=($!)
 	origin[$n]=http://127.0.0.1:$o
 	up "${origin[$n]}"
+	# What clients dial (origin, edge TLS, edge plain) and what the edges dial for the origin:
+	# the listeners themselves, or delay relays in front of them (ports o+4..o+7).
+	corigin[$n]=${origin[$n]} ctls[$n]=127.0.0.1:$((o + 1)) cedge[$n]=127.0.0.1:$((o + 2)) edgeorigin[$n]=${origin[$n]}
+	if [ "$CLIENT_DELAY_MS" != 0 ]; then
+		relay $((o + 4)) "127.0.0.1:$o" "$CLIENT_DELAY_MS"
+		relay $((o + 5)) "127.0.0.1:$((o + 1))" "$CLIENT_DELAY_MS"
+		relay $((o + 6)) "127.0.0.1:$((o + 2))" "$CLIENT_DELAY_MS"
+		corigin[$n]=http://127.0.0.1:$((o + 4)) ctls[$n]=127.0.0.1:$((o + 5)) cedge[$n]=127.0.0.1:$((o + 6))
+	fi
+	if [ "$ORIGIN_DELAY_MS" != 0 ]; then
+		relay $((o + 7)) "127.0.0.1:$o" "$ORIGIN_DELAY_MS"
+		edgeorigin[$n]=http://127.0.0.1:$((o + 7))
+	fi
 	tok() { "$WORK/$n/xet-origin" token --data-dir "$WORK/$n/origin" --ttl 24h "$@"; }
 	w=$(tok --access write --scope models/bench/cold)
 	rtok[$n]=$(tok --access read --scope models/bench/cold)
@@ -83,7 +118,7 @@ for rev in "${revs[@]}"; do
 		burst[$n,$c]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/burst$c.bin" |
 			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
 	done
-	log "$n = $rev: origin ${origin[$n]}, file ${file[$n]}"
+	log "$n = $spec: origin ${origin[$n]}, file ${file[$n]}"
 	i=$((i + 1))
 done
 
@@ -132,13 +167,15 @@ hfdownload() {
 # cold NAME PROTO [hf]: a fresh edge, one download through it (with hf_xet when the third
 # argument is hf); prints the measurement line.
 cold() {
-	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) dir=$WORK/$1/edge
+	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3)) dir=$WORK/$1/edge
 	rm -rf "$dir"
-	local pub=https://127.0.0.1:$e
-	[ "$proto" = tls ] || pub=http://127.0.0.1:$h
-	# The edge signs its transfer URLs with --public-url: the listener under test.
-	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
-		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "$pub" >"$WORK/$n/edge.log" 2>&1 &
+	local pub=https://${ctls[$n]}
+	[ "$proto" = tls ] || pub=http://${cedge[$n]}
+	# The edge signs its transfer URLs with --public-url: the listener under test (or the relay
+	# in front of it).
+	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --admin-listen "127.0.0.1:$a" --public-url "$pub" \
+		${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$!
 	echo "$pid" >"$WORK/$n/edge.pid"
 	up "https://127.0.0.1:$e"
@@ -146,19 +183,22 @@ cold() {
 	local c0 res c1 peak
 	c0=$(cpu "$pid")
 	if [ "$client" = hf ] && [ "$proto" = tls ]; then
-		res=$(hfdownload "$n" "https://127.0.0.1:$e" "$dir/tls/cert.pem")
+		res=$(hfdownload "$n" "$pub" "$dir/tls/cert.pem")
 	elif [ "$client" = hf ]; then
-		res=$(hfdownload "$n" "http://127.0.0.1:$h")
+		res=$(hfdownload "$n" "$pub")
 	elif [ "$proto" = tls ]; then
-		res=$(download "$n" "https://127.0.0.1:$e" --insecure)
+		res=$(download "$n" "$pub" --insecure)
 	else
-		res=$(download "$n" "http://127.0.0.1:$h")
+		res=$(download "$n" "$pub")
 	fi
 	c1=$(cpu "$pid")
 	peak=$(hwm "$pid")
+	local fb
+	fb=$(curl -s "http://127.0.0.1:$a/metrics" | awk '$1 == "xet_edge_datacache_miss_first_byte_seconds_sum" {s = $2}
+		$1 == "xet_edge_datacache_miss_first_byte_seconds_count" {c = $2} END {printf "%.1f", c ? 1000 * s / c : -1}')
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
-	echo "$res edge_cpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') edge_hwm_mb=$peak"
+	echo "$res edge_cpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') edge_hwm_mb=$peak edge_fb_ms=$fb"
 }
 
 rss() { awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$1/status"; }
@@ -168,9 +208,9 @@ burst() {
 	local n=$1 kind=$2 e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3))
 	local dir=$WORK/$n/edge
 	rm -rf "$dir"
-	"$WORK/$n/xet-edge" --origin "${origin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
 		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "http://127.0.0.1:$h" \
-		--admin-listen "127.0.0.1:$a" >"$WORK/$n/edge.log" 2>&1 &
+		--admin-listen "127.0.0.1:$a" ${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$! dls=() peak=0 c f st=0 r
 	echo "$pid" >"$WORK/$n/edge.pid"
 	up "http://127.0.0.1:$h"
@@ -207,7 +247,7 @@ burst() {
 	wait "$pid" 2>/dev/null || true
 }
 
-log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}"
+log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way"
 out=$WORK/rounds.txt
 : >"$out"
 names=()
@@ -220,11 +260,11 @@ for r in $(seq "$ROUNDS"); do
 	fi
 	for n in "${order[@]}"; do
 		echo "== round $r $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
-		echo "$n origin $(download "$n" "${origin[$n]}")"
+		echo "$n origin $(download "$n" "${corigin[$n]}")"
 		echo "$n edge-plain $(cold "$n" plain)"
 		echo "$n edge-tls $(cold "$n" tls)"
 		if [ -n "${PYTHON:-}" ]; then
-			echo "$n hf-origin $(hfdownload "$n" "${origin[$n]}")"
+			echo "$n hf-origin $(hfdownload "$n" "${corigin[$n]}")"
 			echo "$n hf-edge-plain $(cold "$n" plain hf)"
 			echo "$n hf-edge-tls $(cold "$n" tls hf)"
 		fi

@@ -157,7 +157,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes), pool: newPool(o.BufferMemory),
+	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes, o.SegmentBytes), pool: newPool(o.BufferMemory),
 		flights: make(map[key]*flight), pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {

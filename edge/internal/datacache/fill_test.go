@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
 // wait bounds every wait of these tests.
@@ -415,5 +417,59 @@ func TestCloseStopsFills(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("the reader of a stopped fill still waits")
+	}
+}
+
+// TestCachedAt: CachedAt answers for every chunk start from the segment holding it, without a
+// layout: true once that segment is committed, false for a segment never read, false again
+// after the segment is evicted.
+func TestCachedAt(t *testing.T) {
+	o := buildXorb(t, 28, 300, 2<<10, 6<<10)
+	f := newFakeFetcher(o)
+	whole := span{a: 0, b: uint32(o.l.NumChunks()), end: int64(o.l.ChunkAreaLen())}
+	segs := segments(o.l, whole, testSegment)
+	if len(segs) < 4 {
+		t.Fatalf("want at least 4 segments, have %d", len(segs))
+	}
+	// Room for two segments: reading a third evicts the first.
+	c, _ := testCache(t, t.TempDir(), f, 2*testSegment+testSegment/2, testSegment)
+	startsIn := func(s span) []int64 {
+		var out []int64
+		for i := s.a; i < s.b; i++ {
+			out = append(out, chunkStart(o.l, int(i)))
+		}
+		return out
+	}
+	for _, s := range segs {
+		for _, off := range startsIn(s) {
+			if c.CachedAt(o.l.Hash, off) {
+				t.Fatalf("chunk at %d reported cached before any read", off)
+			}
+		}
+	}
+	mustRead(t, c, o, segs[1].start, segs[1].end)
+	c.fills.Wait() // committed just after its last bytes were read
+	for _, off := range startsIn(segs[1]) {
+		if !c.CachedAt(o.l.Hash, off) {
+			t.Fatalf("chunk at %d of the cached segment [%d,%d) reported not cached", off, segs[1].start, segs[1].end)
+		}
+	}
+	for _, off := range append(startsIn(segs[0]), startsIn(segs[2])...) {
+		if c.CachedAt(o.l.Hash, off) {
+			t.Fatalf("chunk at %d outside the cached segment reported cached", off)
+		}
+	}
+	if c.CachedAt(hash.Chunk([]byte("another xorb")), segs[1].start) || c.CachedAt(o.l.Hash, -1) {
+		t.Fatal("another xorb, or a negative offset, reported cached")
+	}
+	mustRead(t, c, o, segs[2].start, segs[2].end)
+	c.fills.Wait()
+	mustRead(t, c, o, segs[3].start, segs[3].end)
+	c.fills.Wait()
+	if c.CachedAt(o.l.Hash, segs[1].start) {
+		t.Fatal("an evicted segment reported cached")
+	}
+	if !c.CachedAt(o.l.Hash, segs[3].start) {
+		t.Fatal("the last segment read reported not cached")
 	}
 }

@@ -3,6 +3,7 @@ package datacache
 import (
 	"golang.org/x/sync/semaphore"
 
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -53,4 +54,13 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 		}()
 	}
 	return started, nil
+}
+
+// CachedAt reports whether the chunk of xorb h that starts at stored byte off is cached and
+// verified, without the xorb's layout and without touching the LRU order: one map lookup under
+// the index lock. Read-ahead asks it before doing any work for an answer whose bytes are
+// likely all cached (a warm file). off must be a chunk start for the answer to mean anything;
+// false for any other offset is harmless (read-ahead then checks segment by segment).
+func (c *Cache) CachedAt(h hash.Hash, off int64) bool {
+	return off >= 0 && c.idx.cachedAt(h, off)
 }

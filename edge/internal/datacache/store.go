@@ -109,15 +109,26 @@ type entry struct {
 type index struct {
 	dir string
 	max int64
+	seg int64 // the cache's SegmentBytes: bySeg's unit
 
 	mu      sync.Mutex
 	entries map[key]*entry
 	lru     *list.List // front: most recently used; values are *entry
 	used    int64
+	// bySeg finds the entry of segment start/seg of a xorb without its layout (cachedAt): the
+	// last inserted one when files of another segment size share the number.
+	bySeg map[segID]*entry
 }
 
-func newIndex(dir string, max int64) *index {
-	return &index{dir: dir, max: max, entries: make(map[key]*entry), lru: list.New()}
+// segID names segment n of xorb h (n = first stored byte / SegmentBytes).
+type segID struct {
+	h hash.Hash
+	n int64
+}
+
+func newIndex(dir string, max, seg int64) *index {
+	return &index{dir: dir, max: max, seg: seg, entries: make(map[key]*entry), lru: list.New(),
+		bySeg: make(map[segID]*entry)}
 }
 
 func (x *index) path(k key) string { return filepath.Join(x.dir, k.relPath()) }
@@ -169,6 +180,9 @@ func (x *index) forgetLocked(e *entry) {
 	x.lru.Remove(e.elem)
 	delete(x.entries, e.k)
 	x.used -= e.k.len
+	if id := (segID{e.k.h, e.k.start / x.seg}); x.bySeg[id] == e {
+		delete(x.bySeg, id)
+	}
 }
 
 // commit renames the complete, verified temp file to k's place and indexes it as verified, then
@@ -195,6 +209,17 @@ func (x *index) insertLocked(k key, verified bool) {
 	e.elem = x.lru.PushFront(e)
 	x.entries[k] = e
 	x.used += k.len
+	x.bySeg[segID{k.h, k.start / x.seg}] = e
+}
+
+// cachedAt reports whether the chunk of xorb h that starts at stored byte off lies in a
+// segment file that is indexed and verified, without a layout and without marking it used.
+// A chunk belongs to segment off/seg (segmentSpan), so one map lookup answers.
+func (x *index) cachedAt(h hash.Hash, off int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.bySeg[segID{h, off / x.seg}]
+	return e != nil && e.verified && e.k.start <= off && off < e.k.start+e.k.len
 }
 
 func (x *index) evictLocked() int {

@@ -24,7 +24,10 @@ import (
 // the data cache bounds the prefetch fills running at once and skips when its receive buffers
 // are short (xet_edge_datacache_prefetch_total); no read-ahead starts while fewer than a
 // quarter of the permits are free (the edge is busy answering, and the client's own requests
-// will fill what it needs). Everything skipped here is counted in
+// will fill what it needs). An answer whose first fetch range starts in a cached segment is a
+// warm file (its client read it before, and read-ahead or the client filled it from the front):
+// it is skipped before any of that work, with one index lookup (ReadAhead.CachedAt), so warm
+// answers pay nothing for read-ahead. Everything skipped here is counted in
 // xet_edge_readahead_total{result}.
 
 // ReadAhead starts background fills of verified xorb bytes (*datacache.Cache): the stored
@@ -32,6 +35,10 @@ import (
 // fills it started or joined.
 type ReadAhead interface {
 	Prefetch(l *xorb.Layout, start, end int64) (int, error)
+	// CachedAt reports, cheaply and without a layout, whether the chunk of xorb h starting at
+	// stored byte off is cached: an answer whose first fetch range is cached is taken for warm
+	// and not read ahead (no run slot, no goroutine, no layout lookups).
+	CachedAt(h hash.Hash, off int64) bool
 }
 
 const (
@@ -53,6 +60,7 @@ const (
 type readAheadRange struct {
 	h          hash.Hash
 	start, end uint32
+	off        int64 // stored offset of chunk start
 }
 
 // readAheader is the state of read-ahead: its bound on concurrent runs.
@@ -63,6 +71,12 @@ type readAheader struct {
 // readAhead starts read-ahead for answer a (see the top of this file); it returns at once.
 func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	if s.o.ReadAhead == nil || s.o.ReadAheadBytes < 0 || a == nil || a.Len() == 0 {
+		return
+	}
+	if r, ok := firstRange(a); !ok {
+		return
+	} else if s.o.ReadAhead.CachedAt(r.h, r.off) {
+		s.m.readAhead.WithLabelValues("skipped_cached").Inc()
 		return
 	}
 	if s.permits.freeBelow(s.o.Permits / 4) {
@@ -119,17 +133,38 @@ func firstRanges(a *recon.Answer, maxBytes int64, maxRanges int) []readAheadRang
 	seen := map[at]bool{}
 	var n int64
 	for i := 0; i < a.Len() && i < 4*maxRanges && n < maxBytes && len(out) < maxRanges; i++ {
-		t := a.Term(i)
-		x := a.FetchIndex(i)
-		xf := &a.Xorbs[x]
-		// The ranges are sorted and disjoint: the one holding t is the last starting at or before it.
-		k := sort.Search(len(xf.Chunks), func(k int) bool { return xf.Chunks[k].Start > t.Start }) - 1
-		if k < 0 || t.Start >= xf.Chunks[k].End || seen[at{x, k}] {
+		x, k, ok := termRange(a, i)
+		if !ok || seen[at{x, k}] {
 			continue
 		}
 		seen[at{x, k}] = true
-		out = append(out, readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End})
+		xf := &a.Xorbs[x]
+		out = append(out, readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End,
+			off: int64(xf.Bytes[k].Start)})
 		n += int64(xf.Bytes[k].Len())
 	}
 	return out
+}
+
+// termRange finds the fetch range holding term i of a: a.Xorbs[x].Chunks[k].
+func termRange(a *recon.Answer, i int) (x, k int, ok bool) {
+	t := a.Term(i)
+	x = a.FetchIndex(i)
+	xf := &a.Xorbs[x]
+	// The ranges are sorted and disjoint: the one holding t is the last starting at or before it.
+	k = sort.Search(len(xf.Chunks), func(k int) bool { return xf.Chunks[k].Start > t.Start }) - 1
+	return x, k, k >= 0 && t.Start < xf.Chunks[k].End
+}
+
+// firstRange is firstRanges(a, ·, 1)[0] without its allocations: the fetch range of a's first
+// term (false when there is none, which a valid answer always has).
+func firstRange(a *recon.Answer) (readAheadRange, bool) {
+	for i := 0; i < a.Len() && i < 4; i++ {
+		if x, k, ok := termRange(a, i); ok {
+			xf := &a.Xorbs[x]
+			return readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End,
+				off: int64(xf.Bytes[k].Start)}, true
+		}
+	}
+	return readAheadRange{}, false
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -67,7 +68,8 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string)
 // TestReadAhead: a reconstruction answered by a cold edge starts the fills of the first terms'
 // fetch ranges before any transfer request arrives, no more than Options.ReadAheadBytes of
 // them; the transfer requests for those ranges then cause no new origin transfer, and one for
-// a range beyond the read-ahead does (the fetcher's count is live).
+// a range beyond the read-ahead does (the fetcher's count is live). A second answer for the
+// file, now warm, is not read ahead.
 func TestReadAhead(t *testing.T) {
 	const seg = 256 << 10
 	body, l := testXorb(t, 3, 48, 20000) // ~20 KB stored per chunk: ~13 chunks per segment
@@ -151,6 +153,43 @@ func TestReadAhead(t *testing.T) {
 	get(chunks[2])
 	if _, after := f.snapshot(); len(after) <= 2 {
 		t.Fatalf("the range beyond the read-ahead was served without an origin transfer: %v", after)
+	}
+
+	// Warm: the file's first fetch range is cached now (its fill commits just after its last
+	// byte was served), so the next answer for it is not read ahead at all: no run, no
+	// Prefetch (whose per-segment "cached" counter stays put).
+	cs, _ := l.ByteRange(chunks[0][0], chunks[0][1])
+	for deadline := time.Now().Add(10 * time.Second); !dc.CachedAt(l.Hash, int64(cs)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first segment was not committed within 10 s")
+		}
+	}
+	cachedBefore := gathered(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached")
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("warm reconstruction: %d %s", w.Code, w.Body.String())
+	}
+	if err := srv.ra.runs.Acquire(context.Background(), readAheadRuns); err != nil {
+		t.Fatal(err)
+	}
+	srv.ra.runs.Release(readAheadRuns)
+	if v := counterValue(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
+		t.Fatalf("warm answer: xet_edge_readahead_total{started} = %v, want still 1", v)
+	}
+	if v := counterValue(t, srv.m.readAhead.WithLabelValues("skipped_cached")); v != 1 {
+		t.Fatalf("warm answer: xet_edge_readahead_total{skipped_cached} = %v, want 1", v)
+	}
+	if v := gathered(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached"); v != cachedBefore {
+		t.Fatalf("warm answer: Prefetch looked at %v cached segments, want none", v-cachedBefore)
+	}
+	// The warm check is on every answer's path: it allocates nothing.
+	a, err := srv.plan(context.Background(), rec, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { srv.readAhead(context.Background(), a) }); n != 0 {
+		t.Fatalf("read-ahead of a warm answer: %v allocations, want 0", n)
 	}
 }
 
