@@ -61,10 +61,12 @@ type Options struct {
 	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
 	// them; the rest serve lookups.
 	MaxConns int32
-	// Registrars is the number of registration statements in flight at once (default 4, or
-	// MaxConns/2 when only MaxConns is given and smaller than 8). Fewer registrars make larger
-	// batches: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
-	// by about a fifth (perf/BENCHMARKS.md, "Shard registration").
+	// Registrars is the number of registration statements in flight at once (default 2, or 1
+	// when only MaxConns is given and smaller than 4). Fewer registrars make larger batches,
+	// and concurrent batches that update the same dedup rows wait for each other's commit
+	// anyway: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
+	// by about a fifth, and 2 instead of 4 by another fifth (perf/BENCHMARKS.md, "Shard
+	// registration" and "Shard registration on a private Postgres").
 	Registrars int
 	// MaxBatch bounds the registrations one statement commits (default 64).
 	MaxBatch int
@@ -116,9 +118,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	case o.Registrars > 0:
 	case o.MaxConns > 0:
 		// Leave at least half of a given pool to lookups.
-		o.Registrars = int(min(4, max(1, o.MaxConns/2)))
+		o.Registrars = int(min(2, max(1, o.MaxConns/2)))
 	default:
-		o.Registrars = 4
+		o.Registrars = 2
 	}
 	cfg.MaxConns = int32(o.Registrars) + 8
 	if o.MaxConns > 0 {
