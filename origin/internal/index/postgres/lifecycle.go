@@ -130,7 +130,6 @@ SELECT x.hash, $2 FROM xorbs x WHERE x.hash = ANY($1::bytea[]) ORDER BY x.hash O
 	qSweptState  = `SELECT done FROM swept WHERE xorb = $1`
 	qDropSwept   = `DELETE FROM swept WHERE xorb = $1`
 	qSweptRefs   = `SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[]) LIMIT 1`
-	qCollected   = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
 	qLockGC      = `SELECT pg_advisory_xact_lock($1)`
 	qLockGCShare = `SELECT pg_advisory_xact_lock_shared($1)`
 )
@@ -481,24 +480,6 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map
 		return nil
 	})
 	return out, err
-}
-
-// uncollected returns xs without the condemned and swept xorbs, order kept (DedupXorbs).
-func (db *DB) uncollected(ctx context.Context, xs []hash.Hash) ([]hash.Hash, error) {
-	if len(xs) == 0 {
-		return xs, nil
-	}
-	gone, err := db.hashSet(ctx, qCollected, hashArgs(index.SortedUnique(xs)))
-	if err != nil || len(gone) == 0 {
-		return xs, err
-	}
-	out := make([]hash.Hash, 0, len(xs))
-	for _, x := range xs {
-		if !gone[x] {
-			out = append(out, x)
-		}
-	}
-	return out, nil
 }
 
 // lockCollector: "xetcdn" 4, one garbage collection at a time (session-scoped).

@@ -61,10 +61,12 @@ type Options struct {
 	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
 	// them; the rest serve lookups.
 	MaxConns int32
-	// Registrars is the number of registration statements in flight at once (default 4, or
-	// MaxConns/2 when only MaxConns is given and smaller than 8). Fewer registrars make larger
-	// batches: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
-	// by about a fifth (perf/BENCHMARKS.md, "Shard registration").
+	// Registrars is the number of registration statements in flight at once (default 2, or 1
+	// when only MaxConns is given and smaller than 4). Fewer registrars make larger batches,
+	// and concurrent batches that update the same dedup rows wait for each other's commit
+	// anyway: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
+	// by about a fifth, and 2 instead of 4 by another fifth (perf/BENCHMARKS.md, "Shard
+	// registration" and "Shard registration on a private Postgres").
 	Registrars int
 	// MaxBatch bounds the registrations one statement commits (default 64).
 	MaxBatch int
@@ -116,9 +118,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	case o.Registrars > 0:
 	case o.MaxConns > 0:
 		// Leave at least half of a given pool to lookups.
-		o.Registrars = int(min(4, max(1, o.MaxConns/2)))
+		o.Registrars = int(min(2, max(1, o.MaxConns/2)))
 	default:
-		o.Registrars = 4
+		o.Registrars = 2
 	}
 	cfg.MaxConns = int32(o.Registrars) + 8
 	if o.MaxConns > 0 {
@@ -294,9 +296,16 @@ const (
 	qLayouts  = `SELECT hash, layout FROM xorbs WHERE hash = ANY($1::bytea[])`
 	qXorbSize = `SELECT stored_size FROM xorbs WHERE hash = $1`
 	qFile     = `SELECT f.record FROM visibility v JOIN files f ON f.hash = v.file WHERE v.scope = $1 AND v.file = $2`
-	qDedup    = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
-	qEvents   = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
-	qBody     = `SELECT body FROM shards WHERE hash = $1`
+	// qDedup is DedupXorbs's lookup: the xorbs the entry's shard offers and, in the same
+	// statement (one round trip, one snapshot), those of them condemned or swept (NULL: none).
+	qDedup = `WITH e AS (
+	SELECT s.xorbs, ARRAY(SELECT substring(s.xorbs FROM i * 32 + 1 FOR 32) FROM generate_series(0, length(s.xorbs) / 32 - 1) i) AS xs
+	FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1
+)
+SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
+	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
+	qEvents = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody   = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
@@ -712,18 +721,23 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	var xs []byte
-	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qDedup, chunk[:]).Scan(&xs) }); err != nil {
+	var xs, collected []byte
+	if err := db.retry(ctx, func() error { return db.pool.QueryRow(ctx, qDedup, chunk[:]).Scan(&xs, &collected) }); err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
 	}
 	out, err := index.SplitHashes(xs)
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
-	if out, err = db.uncollected(ctx, out); err != nil { // lifecycle.go
-		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
+	gone, err := index.SplitHashes(collected)
+	if err != nil {
+		return nil, fmt.Errorf("dedup %s: %w", chunk, err)
 	}
-	return out, nil
+	if len(gone) == 0 {
+		return out, nil
+	}
+	// Without the condemned and swept xorbs, order kept.
+	return slices.DeleteFunc(out, func(x hash.Hash) bool { return slices.Contains(gone, x) }), nil
 }
 
 // ShardBody implements index.ShardBodies.
