@@ -17,6 +17,11 @@
 # Environment: REFSERVER (required), PYTHON (default $XETCDN_TEST_PYTHON), FILES (2000), MIN_KB
 # (4), MAX_KB (64), ROUNDS (3), SEED (13), PORT_BASE (31900; three ports from it must be free),
 # OUT (perf/results/<UTC time>-smallfiles).
+# BASE=REV adds an "origin-base" contender built from git revision REV (in a temporary
+# worktree), measured in the same rounds, for before/after numbers on the same neighbours.
+# PG=1 adds an "origin-pg" contender: the origin on Postgres + MinIO (the production shape; a
+# fresh database and bucket per round, from $XETCDN_TEST_POSTGRES_DSN and XETCDN_TEST_S3_*,
+# dropped afterwards). The contenders' order rotates between rounds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FILES=${FILES:-2000} MIN_KB=${MIN_KB:-4} MAX_KB=${MAX_KB:-64} ROUNDS=${ROUNDS:-3} SEED=${SEED:-13} P=${PORT_BASE:-31900}
@@ -38,13 +43,28 @@ for port in $P $((P + 1)) $((P + 2)); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port is in use: set PORT_BASE to three free ports"; fi
 done
 
+if [ -n "${PG:-}" ]; then
+	[ -n "${XETCDN_TEST_POSTGRES_DSN:-}" ] && [ -n "${XETCDN_TEST_S3_ENDPOINT:-}" ] ||
+		die "PG=1: XETCDN_TEST_POSTGRES_DSN and XETCDN_TEST_S3_* are required (source the test services' env)"
+fi
+if [ -n "${BASE:-}" ]; then
+	git -C "$ROOT" rev-parse --verify -q "$BASE^{commit}" >/dev/null || die "BASE=$BASE: not a git revision"
+fi
+
 WORK=$(mktemp -d /tmp/xetsmall.XXXXXX)
 pids=()
+dbs=()
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	for d in "${dbs[@]}"; do
+		psql -q "$XETCDN_TEST_POSTGRES_DSN" -c "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || log "could not drop database $d"
+		XETCDN_S3_ACCESS_KEY=$XETCDN_TEST_S3_ACCESS_KEY XETCDN_S3_SECRET_KEY=$XETCDN_TEST_S3_SECRET_KEY \
+			"$WORK/bin/s3rmbucket" -endpoint "$XETCDN_TEST_S3_ENDPOINT" -bucket "${d//_/-}" || log "could not remove bucket ${d//_/-}"
+	done
+	[ -z "${BASE:-}" ] || git -C "$ROOT" worktree remove --force "$WORK/base" 2>/dev/null || true
 	if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else log "kept $WORK"; fi
 	[ $rc -eq 0 ] || log "failed (exit $rc); partial results in $OUT"
 	exit $rc
@@ -53,14 +73,22 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 mkdir -p "$OUT" "$WORK/bin" "$WORK/files"
 (cd "$ROOT" && go build -o "$WORK/bin/" ./cmd/xet-origin)
+[ -z "${PG:-}" ] || (cd "$ROOT" && go build -o "$WORK/bin/" ./perf/cmd/s3rmbucket)
+if [ -n "${BASE:-}" ]; then
+	git -C "$ROOT" worktree add -q --detach "$WORK/base" "$BASE"
+	mkdir -p "$WORK/basebin"
+	(cd "$WORK/base" && go build -o "$WORK/basebin/" ./cmd/xet-origin)
+fi
 B=$WORK/bin
+contenders="origin ${BASE:+origin-base} ${PG:+origin-pg} reference"
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 	echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores"
 	echo "refserver: $REFSERVER"
 	echo "hf_xet: $("$PY" -c 'import importlib.metadata as m; print(m.version("hf_xet"))')"
-	echo "settings: FILES=$FILES MIN_KB=$MIN_KB MAX_KB=$MAX_KB ROUNDS=$ROUNDS SEED=$SEED"
+	echo "settings: FILES=$FILES MIN_KB=$MIN_KB MAX_KB=$MAX_KB ROUNDS=$ROUNDS SEED=$SEED BASE=${BASE:-} PG=${PG:-}"
+	[ -z "${BASE:-}" ] || echo "base: $(git -C "$ROOT" rev-parse --short=12 "$BASE")"
 } >"$OUT/run.txt"
 
 "$PY" - "$WORK/files" "$FILES" "$MIN_KB" "$MAX_KB" "$SEED" <<'EOF'
@@ -108,17 +136,31 @@ EOF
 	echo "$(awk -v a="$c0" -v b="$c1" -v t="$TCK" 'BEGIN {printf "%.3f", (b - a) / t}') $w"
 }
 
+read -ra cs <<<"$contenders"
 for r in $(seq "$ROUNDS"); do
-	order="origin reference"
-	[ $((r % 2)) = 0 ] && order="reference origin"
+	# Rotate the order: round r starts with contender (r-1) mod n.
+	order=""
+	for i in $(seq 0 $((${#cs[@]} - 1))); do order="$order ${cs[$(((r - 1 + i) % ${#cs[@]}))]}"; done
 	for who in $order; do
-		if [ "$who" = origin ]; then
-			"$B/xet-origin" --data-dir "$WORK/origin$r" --listen "127.0.0.1:$P" --admin-listen "127.0.0.1:$((P + 1))" \
-				>"$WORK/origin$r.log" 2>&1 &
+		if [ "$who" != reference ]; then
+			bin=$B/xet-origin extra=() envs=()
+			[ "$who" = origin-base ] && bin=$WORK/basebin/xet-origin
+			if [ "$who" = origin-pg ]; then
+				db=xetsmall_$(basename "$WORK" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')_$r
+				psql -q "$XETCDN_TEST_POSTGRES_DSN" -c "CREATE DATABASE $db" >/dev/null
+				dbs+=("$db")
+				printf '{"index":{"driver":"postgres"},"objects":{"driver":"s3","endpoint":"%s","bucket":"%s"}}\n' \
+					"$XETCDN_TEST_S3_ENDPOINT" "${db//_/-}" >"$WORK/pg$r.json"
+				extra=(--config "$WORK/pg$r.json")
+				envs=("XETCDN_POSTGRES_DSN=$(sed "s#/postgres?#/$db?#" <<<"$XETCDN_TEST_POSTGRES_DSN")"
+					"XETCDN_S3_ACCESS_KEY=$XETCDN_TEST_S3_ACCESS_KEY" "XETCDN_S3_SECRET_KEY=$XETCDN_TEST_S3_SECRET_KEY")
+			fi
+			env "${envs[@]}" "$bin" --data-dir "$WORK/$who$r" --listen "127.0.0.1:$P" --admin-listen "127.0.0.1:$((P + 1))" "${extra[@]}" \
+				>"$WORK/$who$r.log" 2>&1 &
 			pid=$!
 			pids+=($pid)
 			up "http://127.0.0.1:$P/healthz" $pid
-			tok=$("$B/xet-origin" token --data-dir "$WORK/origin$r" --scope models/bench/small --access write --ttl 2h)
+			tok=$("$bin" token --data-dir "$WORK/$who$r" --scope models/bench/small --access write --ttl 2h)
 			url=http://127.0.0.1:$P
 		else
 			"$REFSERVER" --data-directory "$WORK/ref$r" --port $((P + 2)) >"$WORK/ref$r.log" 2>&1 &
@@ -142,8 +184,11 @@ awk '
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
 	END {
-		o = median(cpu["origin"]); f = median(cpu["reference"])
-		printf "median origin cpu_s=%.3f wall_s=%.3f; reference cpu_s=%.3f wall_s=%.3f; origin/reference cpu %.2fx\n",
-			o, median(wall["origin"]), f, median(wall["reference"]), (f > 0 ? o / f : 0)
-	}' "$OUT/rounds.txt" | tee "$OUT/summary.txt"
+		f = median(cpu["reference"])
+		for (k in cpu) if (k != "reference") {
+			o = median(cpu[k])
+			printf "median %s cpu_s=%.3f wall_s=%.3f; reference cpu_s=%.3f wall_s=%.3f; %s/reference cpu %.2fx\n",
+				k, o, median(wall[k]), f, median(wall["reference"]), k, (f > 0 ? o / f : 0)
+		}
+	}' "$OUT/rounds.txt" | sort | tee "$OUT/summary.txt"
 log "results in $OUT"

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -84,4 +86,24 @@ func benchIngest(b *testing.B, be backend) {
 	valCPU := (testenv.CPUTime() - c0) / reps
 	ingestCPU := cpu / time.Duration(b.N)
 	b.ReportMetric(100*valCPU.Seconds()/ingestCPU.Seconds(), "%validation")
+}
+
+// BenchmarkReadUploadBody reads a 32 MiB body with a declared length through the ingest
+// gate's bodyReader (reserve, grow, copy), as a 32 MiB hf_xet xorb upload arrives; allocated
+// bytes per op show how much its growth copies (issue 13).
+func BenchmarkReadUploadBody(b *testing.B) {
+	e := newEnv(b, sqliteLocal())
+	body := make([]byte, 32<<20)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest("POST", "/v1/xorbs/default/x", bytes.NewReader(body))
+		w := httptest.NewRecorder()
+		br := &bodyReader{s: e.srv, mem: e.srv.ingestMu, wait: time.Second}
+		got, err := br.read(w, r, 64<<20)
+		if err != nil || len(got) != len(body) {
+			b.Fatalf("read %d bytes: %v", len(got), err)
+		}
+		br.release()
+	}
 }

@@ -42,6 +42,28 @@ func BenchmarkValidate(b *testing.B) {
 	}
 }
 
+// BenchmarkValidateNone validates what hf_xet uploads for incompressible files (the small-file
+// workload of perf/smallfiles.sh): a 32 MiB xorb of 512 random 64 KiB chunks stored uncompressed.
+func BenchmarkValidateNone(b *testing.B) {
+	bl := NewBuilder(None)
+	for i := range 512 {
+		c := randomBytes(64<<10, uint64(i))
+		if !bl.Add(c, hash.Chunk(c)) {
+			b.Fatal("builder refused chunk")
+		}
+	}
+	body, l := bl.Finish()
+	b.SetBytes(int64(l.RawLen()))
+	b.ReportAllocs()
+	done := startCPU(b, time.Millisecond, "cpu-ms/op")
+	for b.Loop() {
+		if _, _, err := Validate(body, ValidateOptions{Expect: &l.Hash}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done()
+}
+
 // codecInputs are 64 KiB chunks each scheme is meant for: text for LZ4, weights quantized to
 // 1/1024 (so that BG4 finds the redundancy in the low mantissa bytes) for BG4.
 func codecInputs() map[Scheme][]byte {

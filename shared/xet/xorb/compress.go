@@ -113,6 +113,24 @@ func (d *Decoder) DecodeChunk(dst []byte, h ChunkHeader, payload []byte) ([]byte
 	return dst[:at+raw], nil
 }
 
+// chunkData is DecodeChunk for readers that only look at the result: a None chunk, after the
+// same checks, is payload itself (no copy; aliased is true and dst is left alone), any other
+// chunk is decoded into dst. Validation hashes every chunk of an upload, and copying the
+// uncompressed ones first was a tenth of an upload's CPU (issue 13).
+func (d *Decoder) chunkData(dst []byte, h ChunkHeader, payload []byte) (out []byte, aliased bool, err error) {
+	if h.Scheme != None {
+		out, err = d.DecodeChunk(dst, h, payload)
+		return out, false, err
+	}
+	if err := h.Check(); err != nil {
+		return dst, false, err
+	}
+	if len(payload) != int(h.CompressedLen) {
+		return dst, false, fmt.Errorf("%w: chunk payload is %d bytes, header says %d", ErrCorrupt, len(payload), h.CompressedLen)
+	}
+	return payload, true, nil // Check guarantees RawLen == CompressedLen for None
+}
+
 // DecodeChunk is (&Decoder{}).DecodeChunk; use a Decoder to decode many chunks.
 func DecodeChunk(dst []byte, h ChunkHeader, payload []byte) ([]byte, error) {
 	var d Decoder

@@ -111,11 +111,13 @@ func validateSerial(body []byte) (*Layout, int, error) {
 		if done {
 			break
 		}
-		out, err := dec.DecodeChunk(scratch[:0], h, body[pos+HeaderSize:pos+h.Size()])
+		out, aliased, err := dec.chunkData(scratch[:0], h, body[pos+HeaderSize:pos+h.Size()])
 		if err != nil {
 			return nil, 0, fmt.Errorf("chunk %d at offset %d: %w", len(leaves), pos, err)
 		}
-		scratch = out
+		if !aliased {
+			scratch = out
+		}
 		ch := hasher.Sum(out)
 		pos += h.Size()
 		raw += uint64(h.RawLen)
@@ -184,13 +186,15 @@ func validateParallel(body []byte, workers int) (*Layout, int, error) {
 						start = int(stored[i-1])
 					}
 					h := headers[i]
-					out, err := dec.DecodeChunk(scratch[:0], h, body[start+HeaderSize:start+h.Size()])
+					out, aliased, err := dec.chunkData(scratch[:0], h, body[start+HeaderSize:start+h.Size()])
 					if err != nil {
 						errs[b] = fmt.Errorf("chunk %d at offset %d: %w", i, start, err)
 						failed.Store(true)
 						return
 					}
-					scratch = out
+					if !aliased {
+						scratch = out
+					}
 					hashes[i] = hasher.Sum(out)
 				}
 			}

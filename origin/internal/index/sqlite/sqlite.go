@@ -72,6 +72,10 @@ type DB struct {
 
 	// Statements prepared on the writer connection.
 	insShard, insFile, insVis, insDedup, insXorb, insPossession *sql.Stmt
+	// Statements prepared on the read pool (each reader connection prepares them once, on first
+	// use): the global-dedup query runs once per uploaded file with hf_xet, and parsing it anew
+	// each time was half of its cost (issue 13, perf/BENCHMARKS.md "small-file uploads").
+	selDedup *sql.Stmt
 }
 
 // writeOp is one write waiting for the writer goroutine.
@@ -145,6 +149,11 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			w.Close()
 			return nil, fmt.Errorf("sqlite: prepare: %w", translate(err))
 		}
+	}
+	if db.selDedup, err = r.PrepareContext(ctx, qDedup); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: prepare: %w", translate(err))
 	}
 	go db.writer()
 	return db, nil
@@ -626,8 +635,7 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 		return nil, err
 	}
 	var xs []byte
-	err := db.r.QueryRowContext(ctx,
-		qDedup, chunk[:]).Scan(&xs)
+	err := db.selDedup.QueryRowContext(ctx, chunk[:]).Scan(&xs)
 	if err != nil {
 		return nil, fmt.Errorf("dedup %s: %w", chunk, translate(err))
 	}
