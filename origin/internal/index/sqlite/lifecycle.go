@@ -257,26 +257,11 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		swept = swept[:0]
 		now := time.Now().UnixNano()
-	next:
 		for _, c := range cands {
-			var at int64
-			switch err := tx.QueryRowContext(ctx, qCondemnedAt, c.Xorb[:]).Scan(&at); {
-			case errors.Is(err, sql.ErrNoRows):
-				continue // revived (or already swept)
-			case err != nil:
-				return translate(err)
-			}
-			if at >= condemnedBefore.UnixNano() {
+			if ok, err := sweepable(ctx, tx, qCondemnedAt, c.Xorb, condemnedBefore, c.DeadFiles); err != nil {
+				return err
+			} else if !ok {
 				continue
-			}
-			for _, f := range c.DeadFiles {
-				var one int
-				switch err := tx.QueryRowContext(ctx, qFileVisible, f[:]).Scan(&one); {
-				case err == nil:
-					continue next // visible again: the xorb is live; the next mark revives it
-				case !errors.Is(err, sql.ErrNoRows):
-					return translate(err)
-				}
 			}
 			for _, f := range c.DeadFiles {
 				if _, err := tx.ExecContext(ctx, qDropDeadFile, f[:], f[:]); err != nil {
@@ -542,26 +527,11 @@ func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, con
 	var swept []hash.Hash
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		swept = swept[:0]
-	next:
 		for _, c := range cands {
-			var at int64
-			switch err := tx.QueryRowContext(ctx, qShardCondemnedAt, c.Shard[:]).Scan(&at); {
-			case errors.Is(err, sql.ErrNoRows):
-				continue // revived (or already swept)
-			case err != nil:
-				return translate(err)
-			}
-			if at >= condemnedBefore.UnixNano() {
+			if ok, err := sweepable(ctx, tx, qShardCondemnedAt, c.Shard, condemnedBefore, c.Files); err != nil {
+				return err
+			} else if !ok {
 				continue
-			}
-			for _, f := range c.Files {
-				var one int
-				switch err := tx.QueryRowContext(ctx, qFileVisible, f[:]).Scan(&one); {
-				case err == nil:
-					continue next // registered again: the next mark revives it
-				case !errors.Is(err, sql.ErrNoRows):
-					return translate(err)
-				}
 			}
 			for _, q := range []string{qDropShardDedup, qDropShard, qReviveShard} {
 				if _, err := tx.ExecContext(ctx, q, c.Shard[:]); err != nil {
@@ -581,4 +551,31 @@ func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, con
 		return nil, fmt.Errorf("sweep shards: %w", err)
 	}
 	return swept, nil
+}
+
+// sweepable reports, inside the writer's transaction, whether the condemned row of key (looked up
+// with qAt: a xorb's or a shard's condemnation time) was condemned before condemnedBefore and none
+// of files is visible again. A row no longer condemned was revived or already swept; a file
+// visible again makes it live, and the next mark revives it.
+func sweepable(ctx context.Context, tx *sql.Tx, qAt string, key hash.Hash, condemnedBefore time.Time, files []hash.Hash) (bool, error) {
+	var at int64
+	switch err := tx.QueryRowContext(ctx, qAt, key[:]).Scan(&at); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, translate(err)
+	}
+	if at >= condemnedBefore.UnixNano() {
+		return false, nil
+	}
+	for _, f := range files {
+		var one int
+		switch err := tx.QueryRowContext(ctx, qFileVisible, f[:]).Scan(&one); {
+		case err == nil:
+			return false, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return false, translate(err)
+		}
+	}
+	return true, nil
 }
