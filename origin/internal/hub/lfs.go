@@ -99,15 +99,7 @@ func (h *Service) lfsBatch(w http.ResponseWriter, r *http.Request, typ, escaped 
 	if h.mintCAS == nil {
 		return fmt.Errorf("%w: LFS uploads are not configured on this server; install hf_xet", errNotImplemented)
 	}
-	id, err := lfsRepoID(escaped)
-	if err != nil {
-		return err
-	}
-	p, err := h.principal(r.Context(), r)
-	if err != nil {
-		return err
-	}
-	repo, err := h.writableRepo(r.Context(), p, typ, id)
+	repo, err := h.lfsWritableRepo(r, typ, escaped)
 	if err != nil {
 		return err
 	}
@@ -291,17 +283,23 @@ func (h *Service) ingestFile(ctx context.Context, repo Repo, path, oid string) e
 	return nil
 }
 
-// lfsVerify answers the verify action: 200 when the object is stored in the repository.
-func (h *Service) lfsVerify(w http.ResponseWriter, r *http.Request, typ, escaped string) error {
+// lfsWritableRepo is the repository of an LFS route (escaped: its {id}.git path part) the caller
+// may write to.
+func (h *Service) lfsWritableRepo(r *http.Request, typ, escaped string) (Repo, error) {
 	id, err := lfsRepoID(escaped)
 	if err != nil {
-		return err
+		return Repo{}, err
 	}
 	p, err := h.principal(r.Context(), r)
 	if err != nil {
-		return err
+		return Repo{}, err
 	}
-	repo, err := h.writableRepo(r.Context(), p, typ, id)
+	return h.writableRepo(r.Context(), p, typ, id)
+}
+
+// lfsVerify answers the verify action: 200 when the object is stored in the repository.
+func (h *Service) lfsVerify(w http.ResponseWriter, r *http.Request, typ, escaped string) error {
+	repo, err := h.lfsWritableRepo(r, typ, escaped)
 	if err != nil {
 		return err
 	}
