@@ -36,6 +36,32 @@ type chain struct {
 	rc     io.ReadCloser
 	cancel context.CancelFunc
 	at     int64 // stored offset rc delivers next
+	// buf is the receive buffer the chain's flights pass on (one taken from the pool for the
+	// whole chain): a flight must not wait for a buffer while the answer it reads stands still.
+	buf []byte
+}
+
+// getBuffer is the flight's receive buffer: the chain's, if it is large enough, else a new
+// one from the pool.
+func (fl *flight) getBuffer(ctx context.Context) ([]byte, error) {
+	if ch := fl.chain; ch != nil && ch.buf != nil {
+		b := ch.buf
+		ch.buf = nil
+		if len(b) >= fl.bufferSize() {
+			return b, nil
+		}
+		fl.c.pool.put(b)
+	}
+	return fl.c.pool.get(ctx, fl.bufferSize())
+}
+
+// putBuffer gives the buffer back: to the chain for its next flight, or to the pool.
+func (fl *flight) putBuffer(b []byte) {
+	if ch := fl.chain; ch != nil {
+		ch.buf = b
+		return
+	}
+	fl.c.pool.put(b)
 }
 
 // open returns the answer positioned at stored offset from, requesting [from, end) anew when
@@ -60,6 +86,15 @@ func (ch *chain) open(ctx context.Context, from int64) error {
 	}
 	ch.rc, ch.cancel, ch.at = rc, cancel, from
 	return nil
+}
+
+// done ends the chain: closes its answer and returns its buffer. Idempotent.
+func (ch *chain) done() {
+	ch.drop()
+	if ch.buf != nil {
+		ch.c.pool.put(ch.buf)
+		ch.buf = nil
+	}
 }
 
 // drop closes the answer (after a failure, or at the chain's end).
@@ -108,7 +143,7 @@ func (ch *chain) transfer(ctx context.Context, fl *flight, v *verifier) error {
 // one origin answer.
 func (c *Cache) runChain(l *xorb.Layout, fls []*flight) {
 	ch := &chain{c: c, l: l, end: fls[len(fls)-1].s.end}
-	defer ch.drop()
+	defer ch.done()
 	for _, fl := range fls {
 		fl.chain = ch
 		fl.run()

@@ -102,6 +102,9 @@ func (fl *flight) run() {
 	ctx, cancel := context.WithTimeout(c.closing, c.o.FillTimeout)
 	defer cancel()
 	err := fl.fill(ctx)
+	if fl.chain != nil && fl.s.end == fl.chain.end {
+		fl.chain.done() // the chain's last flight: its buffer and answer go before the fill counts as ended
+	}
 	c.mu.Lock()
 	delete(c.flights, fl.k) // no part joins after this
 	c.mu.Unlock()
@@ -204,7 +207,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 	fl.mu.Unlock()
 	fl.publish(func() { fl.file, fl.ready = tmp, 0 })
 
-	buf, err := c.pool.get(ctx, fl.bufferSize())
+	buf, err := fl.getBuffer(ctx)
 	if err != nil {
 		c.m.fillFailures.WithLabelValues("timeout").Inc()
 		return fmt.Errorf("datacache: fill xorb %s bytes [%d,%d): wait for a buffer: %w", fl.l.Hash, fl.s.start, fl.s.end, err)
@@ -217,7 +220,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 		}
 		reason := c.failureReason(err)
 		if attempt == fillAttempts || ctx.Err() != nil {
-			c.pool.put(buf)
+			fl.putBuffer(buf)
 			c.m.fillFailures.WithLabelValues(reason).Inc()
 			c.log.WarnContext(ctx, "fill failed", "segment", fl.k.String(), "verified", v.pos, "attempts", attempt, "err", err)
 			return err
@@ -226,7 +229,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 		c.log.WarnContext(ctx, "origin transfer failed; retrying", "segment", fl.k.String(),
 			"verified", v.pos, "attempt", attempt, "err", err)
 	}
-	c.pool.put(buf)
+	fl.putBuffer(buf)
 	c.m.fills.Inc()
 	// Store: rename into the cache. No fsync: a segment file is a cache entry that this process
 	// verified; after a crash every file found at Open is re-verified before its first use (and
