@@ -127,6 +127,8 @@ type Cache struct {
 	closed  bool
 	fills   sync.WaitGroup
 	flights map[key]*flight // running fills, by segment; guarded by mu
+	// chainMax bounds the bytes of one chained origin request (chainBytes; tests lower it).
+	chainMax int64
 }
 
 // Open prepares o.Dir (removing unfinished fills) and indexes the segment files a previous run
@@ -158,7 +160,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes, o.SegmentBytes), pool: newPool(o.BufferMemory),
-		flights: make(map[key]*flight), pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
+		flights: make(map[key]*flight), chainMax: chainBytes, pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {
 		return nil, fmt.Errorf("datacache: open %s: %w", o.Dir, err)
@@ -255,14 +257,21 @@ func (r *Range) waitFirst() error {
 	return err
 }
 
-// launch gives the missed parts of rr their flights, in order, with at most FillParallelism
-// of them unfinished at once. It stops when ctx ends (the Range was closed or its request
+// launch gives the missed parts of rr their flights, in order: consecutive missed segments in
+// chains of up to chainBytes (c.chainMax), one origin request each (chain.go), with at most FillParallelism
+// chains unfinished at once. It stops when ctx ends (the Range was closed or its request
 // ended): the parts it did not reach fail with ctx's error.
 func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Range, missing []int) {
 	defer close(rr.launched)
 	slots := make(chan struct{}, c.o.FillParallelism)
-	for k, i := range missing {
-		pt := &rr.parts[i]
+	for k := 0; k < len(missing); {
+		// The group: consecutive missed parts, chainBytes at most.
+		n, size := 1, segs[missing[k]].len()
+		for k+n < len(missing) && missing[k+n] == missing[k+n-1]+1 && size+segs[missing[k+n]].len() <= c.chainMax {
+			size += segs[missing[k+n]].len()
+			n++
+		}
+		group := missing[k : k+n]
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -272,17 +281,28 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 			}
 			return
 		}
-		fl, err := c.acquire(l, segs[i], true)
+		k += n
+		ss := make([]span, len(group))
+		for g, i := range group {
+			ss[g] = segs[i]
+		}
+		fls, err := c.acquireChain(l, ss, true)
 		if err != nil {
-			pt.err = err
-			close(pt.rdy)
+			for _, i := range group {
+				rr.parts[i].err = err
+				close(rr.parts[i].rdy)
+			}
 			<-slots
 			continue
 		}
-		pt.fl = fl
-		close(pt.rdy)
+		for g, i := range group {
+			rr.parts[i].fl = fls[g]
+			close(rr.parts[i].rdy)
+		}
 		go func() {
-			<-fl.doneCh // bounded by the fill's timeout
+			for _, fl := range fls {
+				<-fl.doneCh // bounded by the fill's timeout
+			}
 			<-slots
 		}()
 	}

@@ -314,11 +314,12 @@ func TestPrefetch(t *testing.T) {
 		t.Fatalf("Prefetch = %d, %v; want %d fills", n, err, nsegs)
 	}
 	c.fills.Wait()
-	if total, perKey, _ := f.counts(); total != nsegs || perKey != 1 {
-		t.Fatalf("%d origin transfers (max %d per segment), want one per segment (%d)", total, perKey, nsegs)
+	want := len(chainKeys(c, o.l, segments(o.l, r, testSegment)))
+	if total, perKey, _ := f.counts(); total != want || perKey != 1 {
+		t.Fatalf("%d origin transfers (max %d per range), want one per chain of segments (%d)", total, perKey, want)
 	}
 	mustRead(t, c, o, start, end)
-	if total, _, _ := f.counts(); total != nsegs {
+	if total, _, _ := f.counts(); total != want {
 		t.Fatal("the read after read-ahead fetched again")
 	}
 	if h, m := metric(t, reg, "xet_edge_datacache_hits_total"), metric(t, reg, "xet_edge_datacache_misses_total"); h != float64(nsegs) || m != 0 {
@@ -367,6 +368,7 @@ func TestPrefetchSkipsWhenBuffersShort(t *testing.T) {
 	}
 	defer c.Close()
 	defer close(f.gate)
+	c.chainMax = 1 // one segment per chain: every fill its own request and buffer
 	// Two fills hold two of the three buffers (each takes its buffer before it fetches).
 	s, e := chunkRange(o.l, 0, o.l.NumChunks())
 	if n, err := c.Prefetch(o.l, s, e); err != nil || n < 2 {
@@ -472,4 +474,74 @@ func TestCachedAt(t *testing.T) {
 	if !c.CachedAt(o.l.Hash, segs[3].start) {
 		t.Fatal("the last segment read reported not cached")
 	}
+}
+
+// TestColdRangeOneOriginRequest (issue 11, a far origin): a cold read of many consecutive
+// segments asks the origin once for all of them (within the chain bound), not once per segment
+// (each request costs a round trip); an answer cut part-way is resumed at the first unverified
+// chunk to the chain's end, the segments after the cut go on reading the new answer, and every
+// segment is verified, committed and read right.
+func TestColdRangeOneOriginRequest(t *testing.T) {
+	o := buildXorb(t, 31, 200, 2<<10, 6<<10)
+	start, end := chunkRange(o.l, 0, o.l.NumChunks())
+	r, _ := requestSpan(o.l, start, end)
+	segs := segments(o.l, r, testSegment)
+	if len(segs) < 8 {
+		t.Fatalf("%d segments; the test wants many", len(segs))
+	}
+
+	t.Run("clean", func(t *testing.T) {
+		f := newFakeFetcher(o)
+		c, reg := testCache(t, t.TempDir(), f, 1<<30, testSegment)
+		mustRead(t, c, o, start, end)
+		c.fills.Wait()
+		if total, _, origin := f.counts(); total != 1 || origin != end-start {
+			t.Fatalf("cold read of %d segments: %d origin requests for %d bytes, want 1 for %d", len(segs), total, origin, end-start)
+		}
+		if f.calls[fetchKey{o.l.Hash, start, end}] != 1 {
+			t.Fatalf("the origin request was not [%d,%d): %v", start, end, f.calls)
+		}
+		if v := metric(t, reg, "xet_edge_datacache_fills_total"); v != float64(len(segs)) {
+			t.Fatalf("fills_total %v, want one per segment (%d)", v, len(segs))
+		}
+		mustRead(t, c, o, start, end)
+		if total, _, _ := f.counts(); total != 1 {
+			t.Fatal("a warm read went to the origin")
+		}
+	})
+
+	t.Run("cut in the third segment", func(t *testing.T) {
+		f := newFakeFetcher(o)
+		cut := segs[2].start + segs[2].len()/2
+		f.answer = func(k fetchKey, before int, b []byte) io.Reader {
+			if k.start == start && before == 0 && int64(len(b)) > cut-start {
+				return &cutReader{b: b[:cut-start], err: io.EOF}
+			}
+			return bytes.NewReader(b)
+		}
+		c, reg := testCache(t, t.TempDir(), f, 1<<30, testSegment)
+		mustRead(t, c, o, start, end)
+		c.fills.Wait()
+		total, perKey, _ := f.counts()
+		if total != 2 || perKey != 1 {
+			t.Fatalf("%d origin requests (max %d per range), want 2: the cut one and its resumption", total, perKey)
+		}
+		var resumed bool
+		for k := range f.calls {
+			resumed = resumed || (k.start > segs[2].start && k.start <= cut && k.end == end)
+		}
+		if !resumed {
+			t.Fatalf("no request resumed the third segment's unverified rest to the chain's end: %v", f.calls)
+		}
+		if v := labelled(t, reg, "xet_edge_datacache_fill_retries_total", "short"); v != 1 {
+			t.Fatalf("fill_retries_total{reason=short} %v, want 1", v)
+		}
+		if v := metric(t, reg, "xet_edge_datacache_fills_total"); v != float64(len(segs)) {
+			t.Fatalf("fills_total %v, want %d", v, len(segs))
+		}
+		mustRead(t, c, o, start, end)
+		if total2, _, _ := f.counts(); total2 != total {
+			t.Fatal("a warm read went to the origin")
+		}
+	})
 }

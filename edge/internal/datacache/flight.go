@@ -43,39 +43,11 @@ type flight struct {
 	refs     int  // readers holding the flight, plus the fill itself
 	joined   int  // Range parts that acquired the flight (counted as hits or misses at its end)
 	doneCh   chan struct{}
+	chain    *chain // set when the flight reads a chained origin answer (chain.go); nil: its own
 }
 
 // fillAttempts is how many origin transfers one fill may take before it fails.
 const fillAttempts = 3
-
-// acquire returns the running flight of segment s, or starts one. The caller holds one
-// reference and releases it with release. read: the caller is a read (counted as a hit or a
-// miss when the flight ends), not read-ahead.
-func (c *Cache) acquire(l *xorb.Layout, s span, read bool) (*flight, error) {
-	joined := 0
-	if read {
-		joined = 1
-	}
-	k := key{h: l.Hash, start: s.start, len: s.len()}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	if fl := c.flights[k]; fl != nil {
-		fl.mu.Lock()
-		fl.refs++
-		fl.joined += joined
-		fl.mu.Unlock()
-		return fl, nil
-	}
-	fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: joined}
-	c.flights[k] = fl
-	c.fills.Add(1)
-	c.m.inFlight.Inc()
-	go fl.run()
-	return fl, nil
-}
 
 // release drops one reference; the last one closes the flight's files.
 func (fl *flight) release() {
@@ -130,6 +102,9 @@ func (fl *flight) run() {
 	ctx, cancel := context.WithTimeout(c.closing, c.o.FillTimeout)
 	defer cancel()
 	err := fl.fill(ctx)
+	if fl.chain != nil && fl.s.end == fl.chain.end {
+		fl.chain.done() // the chain's last flight: its buffer and answer go before the fill counts as ended
+	}
 	c.mu.Lock()
 	delete(c.flights, fl.k) // no part joins after this
 	c.mu.Unlock()
@@ -232,7 +207,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 	fl.mu.Unlock()
 	fl.publish(func() { fl.file, fl.ready = tmp, 0 })
 
-	buf, err := c.pool.get(ctx, fl.bufferSize())
+	buf, err := fl.getBuffer(ctx)
 	if err != nil {
 		c.m.fillFailures.WithLabelValues("timeout").Inc()
 		return fmt.Errorf("datacache: fill xorb %s bytes [%d,%d): wait for a buffer: %w", fl.l.Hash, fl.s.start, fl.s.end, err)
@@ -245,7 +220,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 		}
 		reason := c.failureReason(err)
 		if attempt == fillAttempts || ctx.Err() != nil {
-			c.pool.put(buf)
+			fl.putBuffer(buf)
 			c.m.fillFailures.WithLabelValues(reason).Inc()
 			c.log.WarnContext(ctx, "fill failed", "segment", fl.k.String(), "verified", v.pos, "attempts", attempt, "err", err)
 			return err
@@ -254,7 +229,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 		c.log.WarnContext(ctx, "origin transfer failed; retrying", "segment", fl.k.String(),
 			"verified", v.pos, "attempt", attempt, "err", err)
 	}
-	c.pool.put(buf)
+	fl.putBuffer(buf)
 	c.m.fills.Inc()
 	// Store: rename into the cache. No fsync: a segment file is a cache entry that this process
 	// verified; after a crash every file found at Open is re-verified before its first use (and
@@ -272,9 +247,13 @@ func (fl *flight) fetch(ctx context.Context) error {
 	return nil
 }
 
-// transfer is one origin request for the segment's unverified rest.
+// transfer is one origin request for the segment's unverified rest (or, chained, the
+// segment's part of the chain's request).
 func (fl *flight) transfer(ctx context.Context, v *verifier) error {
 	c := fl.c
+	if fl.chain != nil {
+		return fl.chain.transfer(ctx, fl, v)
+	}
 	from := fl.s.start + v.pos
 	rc, err := c.o.Fetcher.FetchXorbRange(ctx, fl.l.Hash, from, fl.s.end)
 	if err != nil {

@@ -274,3 +274,13 @@ func labelled2(t testing.TB, reg *prometheus.Registry, name, label, value string
 	}
 	return 0
 }
+
+// chainKeys are the origin requests a cold read of consecutive segments segs makes when none
+// is in flight: one per chain (chain.go).
+func chainKeys(c *Cache, l *xorb.Layout, segs []span) []fetchKey {
+	var out []fetchKey
+	for _, ch := range c.chains(segs) {
+		out = append(out, fetchKey{l.Hash, ch[0].start, ch[len(ch)-1].end})
+	}
+	return out
+}

@@ -30,27 +30,42 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 		return 0, err
 	}
 	started := 0
+	var todo []span
 	for _, s := range segments(l, r, c.o.SegmentBytes) {
 		k := key{h: l.Hash, start: s.start, len: s.len()}
 		if present, verified := c.idx.get(k); present && verified {
 			c.m.prefetch.WithLabelValues("cached").Inc()
 			continue
 		}
-		if c.pool.inUse.Load() > c.pool.ceiling/2 || !c.pre.sem.TryAcquire(1) {
-			c.m.prefetch.WithLabelValues("skipped").Inc()
+		todo = append(todo, s)
+	}
+	// Consecutive segments to fill go in chains, one origin request each (chain.go); each
+	// segment of a chain takes one read-ahead slot until its fill ends, and a chain is cut where
+	// the slots run out.
+	for _, ss := range c.chains(todo) {
+		n := 0
+		for n < len(ss) && c.pool.inUse.Load() <= c.pool.ceiling/2 && c.pre.sem.TryAcquire(1) {
+			n++
+		}
+		if n < len(ss) {
+			c.m.prefetch.WithLabelValues("skipped").Add(float64(len(ss) - n))
+		}
+		if n == 0 {
 			continue
 		}
-		fl, err := c.acquire(l, s, false)
+		fls, err := c.acquireChain(l, ss[:n], false)
 		if err != nil {
-			c.pre.sem.Release(1)
+			c.pre.sem.Release(int64(n))
 			return started, err
 		}
-		c.m.prefetch.WithLabelValues("started").Inc()
-		started++
+		c.m.prefetch.WithLabelValues("started").Add(float64(n))
+		started += n
 		go func() {
-			<-fl.doneCh // bounded by the fill's timeout
-			fl.release()
-			c.pre.sem.Release(1)
+			for _, fl := range fls {
+				<-fl.doneCh // bounded by the fill's timeout
+				fl.release()
+				c.pre.sem.Release(1)
+			}
 		}()
 	}
 	return started, nil

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,50 +153,81 @@ func (c *Client) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xo
 
 // FetchXorbRange returns the raw stored bytes [start, end) of xorb h. The caller closes the
 // reader; reading it fails with an error wrapping ErrUnavailable when the origin sends fewer
-// bytes than asked. The whole transfer is bounded by the client's timeout.
+// bytes than asked. The client's timeout bounds the wait for the answer's header and then
+// every wait for more bytes (a stall), not the whole transfer: a long answer over a slow path
+// (the data cache's chained fills ask for several segments at once) is not cut while its bytes
+// keep coming (docs/decisions.md, 2026-12-01 chained fills).
 func (c *Client) FetchXorbRange(ctx context.Context, h hash.Hash, start, end int64) (io.ReadCloser, error) {
 	if start < 0 || end <= start {
 		return nil, fmt.Errorf("originapi: bad xorb range [%d,%d)", start, end)
 	}
 	hdr := http.Header{"Range": {"bytes=" + strconv.FormatInt(start, 10) + "-" + strconv.FormatInt(end-1, 10)}}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithCancel(ctx)
+	b := &body{cancel: cancel, left: end - start, c: c, parent: ctx}
+	b.stall = time.AfterFunc(c.timeout, func() {
+		b.stalled.Store(true)
+		cancel()
+	})
 	resp, err := c.send(ctx, "xorb", http.MethodGet, internalapi.XorbTarget(h), hdr)
 	if err != nil {
+		b.stall.Stop()
 		cancel()
-		return nil, err
+		return nil, b.timedOut(err)
 	}
 	if resp.StatusCode != http.StatusPartialContent || resp.ContentLength != end-start {
 		resp.Body.Close()
+		b.stall.Stop()
 		cancel()
 		c.m.errors.WithLabelValues("xorb", "protocol").Inc()
 		return nil, fmt.Errorf("%w: xorb %s range [%d,%d): status %d, %d bytes", ErrUnavailable, h, start, end,
 			resp.StatusCode, resp.ContentLength)
 	}
-	return &body{rc: resp.Body, cancel: cancel, left: end - start, c: c, parent: ctx}, nil
+	b.rc = resp.Body
+	return b, nil
 }
 
-// body counts the bytes of a xorb transfer and releases its timeout on Close.
+// body counts the bytes of a xorb transfer, cancels it when no byte came for the client's
+// timeout, and releases it on Close.
 type body struct {
-	rc     io.ReadCloser
-	cancel context.CancelFunc
-	left   int64
-	c      *Client
-	parent context.Context
+	rc      io.ReadCloser
+	cancel  context.CancelFunc
+	left    int64
+	c       *Client
+	parent  context.Context
+	stall   *time.Timer // cancels the transfer after the client's timeout without progress
+	stalled atomic.Bool // the stall timer fired
+}
+
+// timedOut is err, or a timeout error when the stall timer ended the transfer.
+func (b *body) timedOut(err error) error {
+	if b.stalled.Load() && !errors.Is(err, ErrTimeout) {
+		b.c.m.errors.WithLabelValues("xorb", "timeout").Inc()
+		return fmt.Errorf("%w: xorb: no bytes for %s: %w", ErrTimeout, b.c.timeout, context.DeadlineExceeded)
+	}
+	return err
 }
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.stall.Reset(b.c.timeout)
+	}
 	b.left -= int64(n)
 	b.c.m.xorbBytes.Add(float64(n))
 	if err == io.EOF && b.left > 0 {
 		err = fmt.Errorf("%w: xorb transfer ended %d bytes short: %w", ErrUnavailable, b.left, io.ErrUnexpectedEOF)
 	} else if err != nil && err != io.EOF {
-		err = b.c.classify(b.parent, "xorb", err)
+		if b.stalled.Load() {
+			err = b.timedOut(err)
+		} else {
+			err = b.c.classify(b.parent, "xorb", err)
+		}
 	}
 	return n, err
 }
 
 func (b *body) Close() error {
+	b.stall.Stop()
 	err := b.rc.Close()
 	b.cancel()
 	return err

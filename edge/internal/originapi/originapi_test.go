@@ -1,13 +1,17 @@
 package originapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +187,60 @@ func TestErrorsAreClassified(t *testing.T) {
 		if err := c.call(cl); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
+	}
+}
+
+// TestXorbTimeoutBoundsStallsNotTransfers: the client's timeout bounds each wait for more bytes
+// of a xorb answer, not the whole answer: an answer that keeps coming for longer than the
+// timeout is read whole (a chained fill's several segments over a slow path), while one that
+// stops for longer than the timeout fails with ErrTimeout.
+func TestXorbTimeoutBoundsStallsNotTransfers(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	const pieces = 10 // 10 × 60 ms: twice the timeout in all, never more than 60 ms without a byte
+	body := bytes.Repeat([]byte("x"), pieces*1000)
+	var stallAfter atomic.Int64 // pieces sent before the answer stops (0: never)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusPartialContent)
+		for i := 0; i < pieces; i++ {
+			if s := stallAfter.Load(); s > 0 && int64(i) == s {
+				select {
+				case <-r.Context().Done():
+				case <-time.After(10 * time.Second):
+				}
+				return
+			}
+			w.Write(body[i*1000 : (i+1)*1000])
+			http.NewResponseController(w).Flush()
+			time.Sleep(60 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, Token: "t", Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h hash.Hash
+	read := func() ([]byte, error) {
+		rc, err := c.FetchXorbRange(context.Background(), h, 0, int64(len(body)))
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	start := time.Now()
+	got, err := read()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("a steady answer taking %v (timeout %v): %d bytes, %v; want all %d", time.Since(start), timeout, len(got), err, len(body))
+	}
+	stallAfter.Store(3)
+	start = time.Now()
+	_, err = read()
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("a stalled answer: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the stall was noticed after %v (timeout %v)", d, timeout)
 	}
 }
