@@ -255,46 +255,16 @@ func (db *DB) Sweep(ctx context.Context, cands []index.SweepCandidate, condemned
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	byXorb := make(map[hash.Hash][]hash.Hash, len(cands))
-	xs := make([]hash.Hash, 0, len(cands))
+	files := make(map[hash.Hash][]hash.Hash, len(cands))
 	for _, c := range cands {
-		byXorb[c.Xorb] = append(byXorb[c.Xorb], c.DeadFiles...)
-		xs = append(xs, c.Xorb)
+		files[c.Xorb] = append(files[c.Xorb], c.DeadFiles...)
 	}
 	var swept []hash.Hash
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		swept = nil
-		if _, err := tx.Exec(ctx, qLockGC, lockGC); err != nil {
-			return err
-		}
-		picked, err := txHashes(ctx, tx, qSweepPick, hashArgs(index.SortedUnique(xs)), condemnedBefore)
-		if err != nil {
-			return err
-		}
 		var dead []hash.Hash
-		for _, x := range picked {
-			dead = append(dead, byXorb[x]...)
-		}
-		visible := map[hash.Hash]bool{}
-		if len(dead) > 0 {
-			vs, err := txHashes(ctx, tx, qVisibleAny, hashArgs(index.SortedUnique(dead)))
-			if err != nil {
-				return err
-			}
-			for _, v := range vs {
-				visible[v] = true
-			}
-		}
-		dead = dead[:0]
-	next:
-		for _, x := range picked {
-			for _, f := range byXorb[x] {
-				if visible[f] {
-					continue next // visible again: the xorb is live; the next mark revives it
-				}
-			}
-			swept = append(swept, x)
-			dead = append(dead, byXorb[x]...)
+		var err error
+		if swept, dead, err = sweepPick(ctx, tx, qSweepPick, files, condemnedBefore); err != nil {
+			return err
 		}
 		if len(swept) == 0 {
 			return nil
@@ -611,45 +581,15 @@ func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, con
 		return nil, err
 	}
 	files := make(map[hash.Hash][]hash.Hash, len(cands))
-	hs := make([]hash.Hash, 0, len(cands))
 	for _, c := range cands {
 		files[c.Shard] = append(files[c.Shard], c.Files...)
-		hs = append(hs, c.Shard)
 	}
 	var swept []hash.Hash
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		swept = nil
-		if _, err := tx.Exec(ctx, qLockGC, lockGC); err != nil {
-			return err
-		}
-		picked, err := txHashes(ctx, tx, qSweepShardsPick, hashArgs(index.SortedUnique(hs)), condemnedBefore)
-		if err != nil {
-			return err
-		}
-		var all []hash.Hash
-		for _, s := range picked {
-			all = append(all, files[s]...)
-		}
-		visible := map[hash.Hash]bool{}
-		if len(all) > 0 {
-			vs, err := txHashes(ctx, tx, qVisibleAny, hashArgs(index.SortedUnique(all)))
-			if err != nil {
-				return err
-			}
-			for _, v := range vs {
-				visible[v] = true
-			}
-		}
 		var dead []hash.Hash
-	next:
-		for _, s := range picked {
-			for _, f := range files[s] {
-				if visible[f] {
-					continue next // registered again: the next mark revives it
-				}
-			}
-			swept = append(swept, s)
-			dead = append(dead, files[s]...)
+		var err error
+		if swept, dead, err = sweepPick(ctx, tx, qSweepShardsPick, files, condemnedBefore); err != nil {
+			return err
 		}
 		if len(swept) == 0 {
 			return nil
@@ -668,4 +608,47 @@ func (db *DB) SweepShards(ctx context.Context, cands []index.ShardCandidate, con
 		return nil, fmt.Errorf("sweep shards: %w", translate(err))
 	}
 	return swept, nil
+}
+
+// sweepPick takes the collector's lock in tx and picks, of the keys of files (xorbs or shards,
+// each with the files whose visibility keeps it live), those qPick finds condemned before
+// condemnedBefore and none of whose files is visible again (a visible one makes the key live; the
+// next mark revives it). It returns the picked keys and their files.
+func sweepPick(ctx context.Context, tx pgx.Tx, qPick string, files map[hash.Hash][]hash.Hash, condemnedBefore time.Time) (swept, dead []hash.Hash, err error) {
+	if _, err := tx.Exec(ctx, qLockGC, lockGC); err != nil {
+		return nil, nil, err
+	}
+	keys := make([]hash.Hash, 0, len(files))
+	for k := range files {
+		keys = append(keys, k)
+	}
+	picked, err := txHashes(ctx, tx, qPick, hashArgs(index.SortedUnique(keys)), condemnedBefore)
+	if err != nil {
+		return nil, nil, err
+	}
+	var all []hash.Hash
+	for _, k := range picked {
+		all = append(all, files[k]...)
+	}
+	visible := map[hash.Hash]bool{}
+	if len(all) > 0 {
+		vs, err := txHashes(ctx, tx, qVisibleAny, hashArgs(index.SortedUnique(all)))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, v := range vs {
+			visible[v] = true
+		}
+	}
+next:
+	for _, k := range picked {
+		for _, f := range files[k] {
+			if visible[f] {
+				continue next
+			}
+		}
+		swept = append(swept, k)
+		dead = append(dead, files[k]...)
+	}
+	return swept, dead, nil
 }
