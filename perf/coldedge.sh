@@ -31,6 +31,13 @@
 # (hf_xet writes the file itself). Over TLS hf_xet trusts the edge's certificate through
 # SSL_CERT_FILE.
 #
+# ORIGIN_TLS=1 (the default when haproxy is installed; 0 turns it off) also measures the origin
+# over TLS, as production runs it: a second origin of the same revision (its own data directory
+# and upload of the same file, --public-url https://…) behind haproxy terminating TLS (HTTP/2 and
+# HTTP/1.1 to clients, HTTP/1.1 to the origin, a self-signed P-256 certificate). Its downloads
+# are "origin-tls" / "hf-origin-tls", and the TLS edge's ratios are then taken against them
+# (tls/tls-origin) as well as against the plain origin.
+#
 # CLIENTS=N (default 0: off) adds two bursts per revision after the rounds, each on a fresh edge
 # over plain HTTP: N clients downloading N different random files of BURST_MB (64) at once —
 # edge peak RSS (VmRSS sampled every 0.2 s, and VmHWM) and RSS 30 s after the last download
@@ -63,6 +70,15 @@ up() {
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; } # CLK_TCK = 100 on Linux
 hwm() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status"; }
 
+ORIGIN_TLS=${ORIGIN_TLS:-$(command -v haproxy >/dev/null && echo 1 || echo 0)}
+[[ $ORIGIN_TLS == 0 || $ORIGIN_TLS == 1 ]] || { log "ORIGIN_TLS=$ORIGIN_TLS: want 0 or 1"; exit 1; }
+if [ "$ORIGIN_TLS" = 1 ]; then
+	command -v haproxy >/dev/null || { log "ORIGIN_TLS=1 needs haproxy"; exit 1; }
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 \
+		-addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE \
+		-addext extendedKeyUsage=serverAuth -keyout "$WORK/otls.key" -out "$WORK/otls.crt" 2>/dev/null
+	cat "$WORK/otls.crt" "$WORK/otls.key" >"$WORK/otls.pem"
+fi
 CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64} CLIENT_DELAY_MS=${CLIENT_DELAY_MS:-0} ORIGIN_DELAY_MS=${ORIGIN_DELAY_MS:-0}
 if [ "$CLIENT_DELAY_MS" != 0 ] || [ "$ORIGIN_DELAY_MS" != 0 ]; then
 	(cd "$ROOT" && go build -o "$WORK/" ./perf/cmd/delayrelay)
@@ -74,7 +90,7 @@ relay() {
 }
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/rand.bin"
 for ((c = 0; c < CLIENTS; c++)); do head -c $((BURST_MB << 20)) /dev/urandom >"$WORK/burst$c.bin"; done
-declare -A origin etok rtok file burst config corigin cedge ctls edgeorigin
+declare -A origin etok rtok file burst config corigin cedge ctls edgeorigin torigin ttoken
 i=0
 for spec in "${revs[@]}"; do
 	rev=${spec%%@*}
@@ -118,6 +134,37 @@ for spec in "${revs[@]}"; do
 		burst[$n,$c]=$("$WORK/$n/xet" upload --endpoint "${origin[$n]}" --token "$w" "$WORK/burst$c.bin" |
 			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')
 	done
+	if [ "$ORIGIN_TLS" = 1 ]; then
+		# The TLS origin: origin o+9 behind haproxy on o+8, its transfer URLs signed for haproxy.
+		"$WORK/$n/xet-origin" --data-dir "$WORK/$n/torigin" --listen "127.0.0.1:$((o + 9))" \
+			--public-url "https://127.0.0.1:$((o + 8))" >"$WORK/$n/torigin.log" 2>&1 &
+		pids+=($!)
+		up "http://127.0.0.1:$((o + 9))"
+		cat >"$WORK/$n/haproxy.cfg" <<HAP
+global
+	maxconn 4096
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 120s
+	timeout server 120s
+frontend tls
+	bind 127.0.0.1:$((o + 8)) ssl crt $WORK/otls.pem alpn h2,http/1.1
+	default_backend origin
+backend origin
+	server origin 127.0.0.1:$((o + 9))
+HAP
+		haproxy -f "$WORK/$n/haproxy.cfg" >"$WORK/$n/haproxy.log" 2>&1 &
+		pids+=($!)
+		torigin[$n]=https://127.0.0.1:$((o + 8))
+		up "${torigin[$n]}"
+		ttok() { "$WORK/$n/xet-origin" token --data-dir "$WORK/$n/torigin" --ttl 24h "$@"; }
+		[ "$("$WORK/$n/xet" upload --endpoint "http://127.0.0.1:$((o + 9))" \
+			--token "$(ttok --access write --scope models/bench/cold)" "$WORK/rand.bin" |
+			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')" = "${file[$n]}" ] ||
+			{ log "$rev: the TLS origin's upload gave another file hash"; exit 1; }
+		ttoken[$n]=$(ttok --access read --scope models/bench/cold)
+	fi
 	log "$n = $spec: origin ${origin[$n]}, file ${file[$n]}"
 	i=$((i + 1))
 done
@@ -132,7 +179,7 @@ download() {
 	local t0 t1 st
 	t0=$(date +%s.%N)
 	set +e
-	"$WORK/$n/xet" download --endpoint "$ep" --token "${rtok[$n]}" --hash "${file[$n]}" \
+	"$WORK/$n/xet" download --endpoint "$ep" --token "${TOKEN:-${rtok[$n]}}" --hash "${file[$n]}" \
 		--size $((SIZE_MB << 20)) "$@" -o - 2>"$WORK/dl.err" |
 		{ dd bs=1 count=1 of="$out" status=none; date +%s.%N >"$WORK/first"; cat >>"$out"; }
 	st=${PIPESTATUS[0]}
@@ -153,7 +200,7 @@ hfdownload() {
 	rm -f "$out"
 	t0=$(date +%s.%N)
 	if ! SSL_CERT_FILE=${ca:-${SSL_CERT_FILE:-}} "$PYTHON" "$ROOT/test/interop/hfxet_driver.py" download \
-		--endpoint "$ep" --token "${rtok[$n]}" --hash "${file[$n]}" --size $((SIZE_MB << 20)) \
+		--endpoint "$ep" --token "${TOKEN:-${rtok[$n]}}" --hash "${file[$n]}" --size $((SIZE_MB << 20)) \
 		-o "$out" >/dev/null 2>"$WORK/dl.err" || ! cmp -s "$out" "$WORK/rand.bin"; then
 		log "hf_xet download from $ep failed or differs"
 		cat "$WORK/dl.err" >&2
@@ -263,10 +310,12 @@ for r in $(seq "$ROUNDS"); do
 		echo "$n origin $(download "$n" "${corigin[$n]}")"
 		echo "$n edge-plain $(cold "$n" plain)"
 		echo "$n edge-tls $(cold "$n" tls)"
+		[ "$ORIGIN_TLS" = 0 ] || echo "$n origin-tls $(TOKEN=${ttoken[$n]} download "$n" "${torigin[$n]}" --insecure)"
 		if [ -n "${PYTHON:-}" ]; then
 			echo "$n hf-origin $(hfdownload "$n" "${corigin[$n]}")"
 			echo "$n hf-edge-plain $(cold "$n" plain hf)"
 			echo "$n hf-edge-tls $(cold "$n" tls hf)"
+			[ "$ORIGIN_TLS" = 0 ] || echo "$n hf-origin-tls $(TOKEN=${ttoken[$n]} hfdownload "$n" "${torigin[$n]}" "$WORK/otls.crt")"
 		fi
 	done | tee -a "$out"
 done
@@ -302,5 +351,11 @@ END {
 			median(r " " pr " wall") / median(r " origin wall"), median(r " " pr " ttfb") / median(r " origin ttfb")
 		if (n[r " hf-origin wall"])
 			printf "%s hf-%-7s wall/origin %.2f\n", r, pr, median(r " hf-" pr " wall") / median(r " hf-origin wall")
+	}
+	for (r in revs) if (n[r " origin-tls wall"]) {
+		printf "%s edge-tls   wall/origin-tls %.2f  ttfb/origin-tls %.2f\n", r,
+			median(r " edge-tls wall") / median(r " origin-tls wall"), median(r " edge-tls ttfb") / median(r " origin-tls ttfb")
+		if (n[r " hf-origin-tls wall"])
+			printf "%s hf-edge-tls wall/origin-tls %.2f\n", r, median(r " hf-edge-tls wall") / median(r " hf-origin-tls wall")
 	}
 }' "$out"
