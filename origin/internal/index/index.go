@@ -24,9 +24,11 @@
 //
 //	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order),  ShardBody
 //	                  ▲         body (the shard itself when kept inline; NULL = in the object store),
-//	                  │         files (n × 32 bytes, sorted; NULL before it was recorded)
+//	                  │         files (n × 32 bytes, sorted; NULL before it was recorded),
+//	                  │         chunks (Postgres: its dedup entries' chunks, n × 32 bytes, sorted)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
-//	dedup_shard     index on dedup(shard)                          SweepShards
+//	dedup_shard     index on dedup(shard) (SQLite; Postgres probes  SweepShards
+//	                dedup by the shard's chunks instead)
 //
 //	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at,
 //	                            xorbs (a sweep's: the xorbs it removed; NULL otherwise)

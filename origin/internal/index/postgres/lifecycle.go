@@ -487,14 +487,27 @@ func (db *DB) LockCollector(ctx context.Context) (func(), error) {
 
 // Dead shards (index.ShardLifecycle). SweepShards holds lockGC exclusively, like Sweep, so a
 // registration of the same shard (or of one of its files) is wholly before or after it.
+//
+// The dedup entries naming a shard are found from its row's chunk list (shards.chunks, migration
+// 0007): one primary-key probe of dedup per listed chunk, keeping those that still name it. A row
+// without a list (NULL: registered by an older replica after the migration) counts as named, so
+// it is only collected once every xorb it offers is condemned or gone, and its sweep leaves its
+// entries; they answer nothing (DedupXorbs joins the shard row) and the next registration of
+// their chunks takes them over.
 const (
-	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL, EXISTS (SELECT 1 FROM dedup d WHERE d.shard = s.hash), s.at, s.body IS NOT NULL, c.at FROM shards s
+	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL,
+	s.chunks IS NULL OR EXISTS (SELECT 1 FROM dedup d WHERE d.chunk = ANY(ARRAY(
+		SELECT substring(s.chunks FROM i * 32 + 1 FOR 32) FROM generate_series(0, length(s.chunks) / 32 - 1) i)) AND d.shard = s.hash),
+	s.at, s.body IS NOT NULL, c.at FROM shards s
 LEFT JOIN condemned_shards c ON c.shard = s.hash WHERE s.hash > $1 ORDER BY s.hash LIMIT $2`
 	qCondemnShards = `INSERT INTO condemned_shards(shard, at)
 SELECT s.hash, $2 FROM shards s WHERE s.hash = ANY($1::bytea[]) ORDER BY s.hash ON CONFLICT DO NOTHING`
-	qReviveShards     = `DELETE FROM condemned_shards WHERE shard = ANY($1::bytea[])`
-	qSweepShardsPick  = `SELECT shard FROM condemned_shards WHERE shard = ANY($1::bytea[]) AND at < $2 ORDER BY shard FOR UPDATE`
-	qDropShardDedup   = `DELETE FROM dedup WHERE shard = ANY($1::bytea[])`
+	qReviveShards    = `DELETE FROM condemned_shards WHERE shard = ANY($1::bytea[])`
+	qSweepShardsPick = `SELECT shard FROM condemned_shards WHERE shard = ANY($1::bytea[]) AND at < $2 ORDER BY shard FOR UPDATE`
+	// qDropShardDedup: the entries naming the shards $1 among the chunks their rows list (an
+	// entry names a shard only if that shard's list has its chunk).
+	qDropShardDedup = `DELETE FROM dedup WHERE chunk = ANY(ARRAY(SELECT substring(s.chunks FROM i * 32 + 1 FOR 32)
+	FROM shards s, generate_series(0, length(s.chunks) / 32 - 1) i WHERE s.hash = ANY($1::bytea[]))) AND shard = ANY($1::bytea[])`
 	qDropShards       = `DELETE FROM shards WHERE hash = ANY($1::bytea[])`
 	qDropPossessionOf = `DELETE FROM possession WHERE xorb = ANY($1::bytea[])`
 )

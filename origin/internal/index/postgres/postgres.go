@@ -314,10 +314,20 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
 	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
 	// only statement that inserts into these tables). It returns the shards that were new.
+	//
+	// A shard row records the chunks of its dedup entries (migration 0007), which is how the
+	// collector finds the entries naming it: every registration of one shard computes the same
+	// list (same body, same stored layouts), so a row already there keeps its own, except a row
+	// from before the migration, whose list holds only the entries that named it then (or NULL:
+	// written by an older replica), and takes the full one. That update does not count as new
+	// (xmax is 0 only for an inserted row). A dedup entry already naming its shard is left as it
+	// is (no new row version); one taken over changes only the unindexed shard column, a
+	// heap-only update.
 	qRegister = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs, body, files)
-	SELECT h, sc, x, b, fs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[]) AS u(h, sc, x, b, fs) ORDER BY h
-	ON CONFLICT DO NOTHING RETURNING hash
+	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
+	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h
+	ON CONFLICT (hash) DO UPDATE SET chunks = EXCLUDED.chunks WHERE shards.chunks IS DISTINCT FROM EXCLUDED.chunks
+	RETURNING hash, xmax = '0'::xid AS fresh
 ), f AS (
 	INSERT INTO files(hash, record)
 	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h ON CONFLICT DO NOTHING
@@ -327,9 +337,9 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
-	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard
+	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
 )
-SELECT hash FROM s`
+SELECT hash FROM s WHERE fresh`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
@@ -653,8 +663,9 @@ func registerArgs(ops []*regOp) []any {
 	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
 
 	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
-	sb := make([][]byte, len(shards)) // nil elements are NULL: no inline body
-	sf := make([][]byte, len(shards)) // the shard's files (index.ShardEntry.Files)
+	sb := make([][]byte, len(shards))  // nil elements are NULL: no inline body
+	sf := make([][]byte, len(shards))  // the shard's files (index.ShardEntry.Files)
+	scs := make([][]byte, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
@@ -662,6 +673,9 @@ func registerArgs(ops []*regOp) []any {
 		}
 		if sf[i] = index.JoinHashes(b.FileHashes); sf[i] == nil {
 			sf[i] = []byte{}
+		}
+		if scs[i] = index.JoinHashes(b.Dedup); scs[i] == nil { // Batch.Dedup: sorted, unique
+			scs[i] = []byte{}
 		}
 	}
 	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
@@ -676,7 +690,7 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf}
+	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
 }
 
 // File implements index.Index.
