@@ -49,6 +49,7 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		"Layouts":   {qLayouts, []any{[][]byte{k, k, k}}},
 		"File":      {qFile, []any{"models/s/7", k}},
 		"Dedup":     {qDedup, []any{k}},
+		"DedupOf":   {qDedupOf, []any{[][]byte{k, k, k, k}}},
 		"ShardBody": {qBody, []any{k}},
 		"Events":    {qEvents, []any{int64(5), 10}},
 		"HideScope": {qHideScope, []any{"models/s/7"}},

@@ -304,6 +304,16 @@ const (
 )
 SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
 	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
+	// qDedupOf is DedupXorbsOf's lookup: the entries of the chunks $1 with the xorbs each offers
+	// and, in rows without a chunk, which of all those xorbs are condemned or swept.
+	qDedupOf = `WITH e AS (
+	SELECT d.chunk, s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ANY($1::bytea[])
+), a AS (
+	SELECT ARRAY(SELECT substring(e.xorbs FROM i * 32 + 1 FOR 32) FROM e, generate_series(0, length(e.xorbs) / 32 - 1) i) AS xs
+)
+SELECT chunk, xorbs FROM e
+UNION ALL SELECT NULL, xorb FROM condemned WHERE xorb = ANY((SELECT xs FROM a)::bytea[])
+UNION ALL SELECT NULL, xorb FROM swept WHERE xorb = ANY((SELECT xs FROM a)::bytea[])`
 	qEvents = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody   = `SELECT body FROM shards WHERE hash = $1`
 
@@ -752,6 +762,63 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	}
 	// Without the condemned and swept xorbs, order kept.
 	return slices.DeleteFunc(out, func(x hash.Hash) bool { return slices.Contains(gone, x) }), nil
+}
+
+// DedupXorbsOf implements index.Index.
+func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	keys := index.SortedUnique(chunks)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var (
+		offers map[hash.Hash][]hash.Hash
+		gone   map[hash.Hash]bool
+	)
+	err := db.retry(ctx, func() error {
+		offers, gone = make(map[hash.Hash][]hash.Hash, len(keys)), map[hash.Hash]bool{}
+		rows, err := db.pool.Query(ctx, qDedupOf, hashArgs(keys))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c, xs []byte
+			if err := rows.Scan(&c, &xs); err != nil {
+				return err
+			}
+			if c == nil { // a condemned or swept xorb
+				x, err := index.HashFromBytes(xs)
+				if err != nil {
+					return err
+				}
+				gone[x] = true
+				continue
+			}
+			h, err := index.HashFromBytes(c)
+			if err != nil {
+				return err
+			}
+			if offers[h], err = index.SplitHashes(xs); err != nil {
+				return fmt.Errorf("dedup %s: %w", h, err)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup of %d chunks: %w", len(keys), translate(err))
+	}
+	var out []hash.Hash
+	for _, c := range chunks {
+		for _, x := range offers[c] {
+			if !gone[x] {
+				out = append(out, x)
+			}
+		}
+	}
+	return out, nil
 }
 
 // ShardBody implements index.ShardBodies.
