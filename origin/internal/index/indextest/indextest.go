@@ -499,6 +499,13 @@ func testDedup(t *testing.T, ix index.Index) {
 	if want := slices.Concat(b.Xorbs, a.Xorbs, b.Xorbs, a.Xorbs); err != nil || !slices.Equal(got, want) {
 		t.Errorf("DedupXorbsOf = %v, %v; want %v", got, err, want)
 	}
+	// More chunks than one statement may take (Postgres: 64): the same, in the order asked.
+	many := append(g.Hashes(70), a.Dedup[3])
+	many = append(many, g.Hashes(70)...)
+	many = append(many, b.Dedup[0])
+	if got, err := ix.DedupXorbsOf(ctx, many); err != nil || !slices.Equal(got, slices.Concat(a.Xorbs, b.Xorbs)) {
+		t.Errorf("DedupXorbsOf of 142 chunks = %v, %v; want a's xorbs, then b's", got, err)
+	}
 	for _, cs := range [][]hash.Hash{nil, {g.Hash(), a.Xorbs[0]}} {
 		if got, err := ix.DedupXorbsOf(ctx, cs); err != nil || len(got) != 0 {
 			t.Errorf("DedupXorbsOf(%v) = %v, %v; want nothing, no error", cs, got, err)

@@ -304,16 +304,20 @@ const (
 )
 SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
 	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
-	// qDedupOf is DedupXorbsOf's lookup: the entries of the chunks $1 with the xorbs each offers
-	// and, in rows without a chunk, which of all those xorbs are condemned or swept.
+	// qDedupOf is DedupXorbsOf's lookup: the entries of up to dedupOfMax chunks $1 (n × 32
+	// bytes), each with the xorbs it offers and those of them condemned or swept (NULL: none), as
+	// qDedup. The chunks come as one value split inside the statement over a fixed series, not as
+	// an array parameter: a custom plan then estimates exactly what the generic plan does, so the
+	// prepared statement settles on its generic plan (an index nested loop) instead of being
+	// planned anew at each call, which cost more than running it (an array parameter's length is
+	// known to a custom plan, always cheaper on paper than the generic plan's guess).
 	qDedupOf = `WITH e AS (
-	SELECT d.chunk, s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ANY($1::bytea[])
-), a AS (
-	SELECT ARRAY(SELECT substring(e.xorbs FROM i * 32 + 1 FOR 32) FROM e, generate_series(0, length(e.xorbs) / 32 - 1) i) AS xs
+	SELECT d.chunk, s.xorbs, ARRAY(SELECT substring(s.xorbs FROM i * 32 + 1 FOR 32) FROM generate_series(0, length(s.xorbs) / 32 - 1) i) AS xs
+	FROM dedup d JOIN shards s ON s.hash = d.shard
+	WHERE d.chunk = ANY(ARRAY(SELECT substring($1::bytea FROM i * 32 + 1 FOR 32) FROM generate_series(0, 63) i WHERE i < length($1::bytea) / 32))
 )
-SELECT chunk, xorbs FROM e
-UNION ALL SELECT NULL, xorb FROM condemned WHERE xorb = ANY((SELECT xs FROM a)::bytea[])
-UNION ALL SELECT NULL, xorb FROM swept WHERE xorb = ANY((SELECT xs FROM a)::bytea[])`
+SELECT e.chunk, e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
+	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
 	qEvents = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody   = `SELECT body FROM shards WHERE hash = $1`
 
@@ -779,33 +783,12 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 	)
 	err := db.retry(ctx, func() error {
 		offers, gone = make(map[hash.Hash][]hash.Hash, len(keys)), map[hash.Hash]bool{}
-		rows, err := db.pool.Query(ctx, qDedupOf, hashArgs(keys))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c, xs []byte
-			if err := rows.Scan(&c, &xs); err != nil {
+		for part := range slices.Chunk(keys, dedupOfMax) {
+			if err := db.dedupOf(ctx, part, offers, gone); err != nil {
 				return err
 			}
-			if c == nil { // a condemned or swept xorb
-				x, err := index.HashFromBytes(xs)
-				if err != nil {
-					return err
-				}
-				gone[x] = true
-				continue
-			}
-			h, err := index.HashFromBytes(c)
-			if err != nil {
-				return err
-			}
-			if offers[h], err = index.SplitHashes(xs); err != nil {
-				return fmt.Errorf("dedup %s: %w", h, err)
-			}
 		}
-		return rows.Err()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dedup of %d chunks: %w", len(keys), translate(err))
@@ -819,6 +802,40 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 		}
 	}
 	return out, nil
+}
+
+// dedupOfMax is the most chunks one qDedupOf looks up (the files of a shard whose first chunks
+// ingest looks up are at most ingest.MaxAnchoredFiles, 64).
+const dedupOfMax = 64
+
+// dedupOf runs qDedupOf for up to dedupOfMax chunks, adding to offers and gone.
+func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash, offers map[hash.Hash][]hash.Hash, gone map[hash.Hash]bool) error {
+	rows, err := db.pool.Query(ctx, qDedupOf, index.JoinHashes(chunks))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c, xs, collected []byte
+		if err := rows.Scan(&c, &xs, &collected); err != nil {
+			return err
+		}
+		h, err := index.HashFromBytes(c)
+		if err != nil {
+			return err
+		}
+		if offers[h], err = index.SplitHashes(xs); err != nil {
+			return fmt.Errorf("dedup %s: %w", h, err)
+		}
+		cs, err := index.SplitHashes(collected)
+		if err != nil {
+			return fmt.Errorf("dedup %s: %w", h, err)
+		}
+		for _, x := range cs {
+			gone[x] = true
+		}
+	}
+	return rows.Err()
 }
 
 // ShardBody implements index.ShardBodies.
