@@ -45,16 +45,17 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		q    string
 		args []any
 	}{
-		"XorbSize":  {qXorbSize, []any{k}},
-		"Layouts":   {qLayouts, []any{[][]byte{k, k, k}}},
-		"File":      {qFile, []any{"models/s/7", k}},
-		"Dedup":     {qDedup, []any{k}},
-		"DedupOf":   {qDedupOf, []any{append(append(append(append([]byte{}, k...), k...), k...), k...)}},
-		"ShardBody": {qBody, []any{k}},
-		"Events":    {qEvents, []any{int64(5), 10}},
-		"HideScope": {qHideScope, []any{"models/s/7"}},
-		"HideFiles": {qHideFiles, []any{"models/s/7", [][]byte{k}}},
-		"Possessed": {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
+		"XorbSize":    {qXorbSize, []any{k}},
+		"Layouts":     {qLayouts, []any{[][]byte{k, k, k}}},
+		"File":        {qFile, []any{"models/s/7", k}},
+		"Dedup":       {qDedup, []any{k}},
+		"DedupEntry":  {qDedupEntry, []any{k}},
+		"CollectedOf": {qCollectedOf, []any{[][]byte{k, k}}},
+		"ShardBody":   {qBody, []any{k}},
+		"Events":      {qEvents, []any{int64(5), 10}},
+		"HideScope":   {qHideScope, []any{"models/s/7"}},
+		"HideFiles":   {qHideFiles, []any{"models/s/7", [][]byte{k}}},
+		"Possessed":   {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
 		// The collector's deletes by the secondary keys (migration 0006), and the dedup entries
 		// of shards by their chunk lists (migration 0007).
 		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},
@@ -199,28 +200,4 @@ func (db *DB) RegisterHOT(ctx context.Context, rs ...*index.Registration) (updat
 		return nil
 	})
 	return updated, hot, err
-}
-
-// DedupOfPlans runs qDedupOf n times on one connection, as the pool's prepared statements do,
-// with one to four of chunks at a time, and returns how many of those executions were planned
-// for their parameters (custom plans) and how many ran the cached generic plan
-// (pg_prepared_statements).
-func (db *DB) DedupOfPlans(ctx context.Context, chunks []hash.Hash, n int) (custom, generic int64, err error) {
-	conn, err := db.pool.Acquire(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer conn.Release()
-	for i := range n {
-		rows, err := conn.Query(ctx, qDedupOf, index.JoinHashes(chunks[:1+i%min(4, len(chunks))]))
-		if err != nil {
-			return 0, 0, err
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, 0, err
-		}
-	}
-	err = conn.QueryRow(ctx, `SELECT custom_plans, generic_plans FROM pg_prepared_statements WHERE statement = $1`, qDedupOf).Scan(&custom, &generic)
-	return custom, generic, err
 }

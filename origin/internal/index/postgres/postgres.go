@@ -304,22 +304,17 @@ const (
 )
 SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
 	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
-	// qDedupOf is DedupXorbsOf's lookup: the entries of up to dedupOfMax chunks $1 (n × 32
-	// bytes), each with the xorbs it offers and those of them condemned or swept (NULL: none), as
-	// qDedup. The chunks come as one value split inside the statement over a fixed series, not as
-	// an array parameter: a custom plan then estimates exactly what the generic plan does, so the
-	// prepared statement settles on its generic plan (an index nested loop) instead of being
-	// planned anew at each call, which cost more than running it (an array parameter's length is
-	// known to a custom plan, always cheaper on paper than the generic plan's guess).
-	qDedupOf = `WITH e AS (
-	SELECT d.chunk, s.xorbs, ARRAY(SELECT substring(s.xorbs FROM i * 32 + 1 FOR 32) FROM generate_series(0, length(s.xorbs) / 32 - 1) i) AS xs
-	FROM dedup d JOIN shards s ON s.hash = d.shard
-	WHERE d.chunk = ANY(ARRAY(SELECT substring($1::bytea FROM i * 32 + 1 FOR 32) FROM generate_series(0, 63) i WHERE i < length($1::bytea) / 32))
-)
-SELECT e.chunk, e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
-	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
-	qEvents = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
-	qBody   = `SELECT body FROM shards WHERE hash = $1`
+	// DedupXorbsOf's statements: qDedupEntry for each chunk, all in one round trip, then, when
+	// the entries offer xorbs, qCollectedOf for all of them at once: which are condemned or
+	// swept. Each is a few primary-key probes with one cached generic plan. (One statement
+	// taking an array of chunks and joining dedup to shards was planned anew at every call — a
+	// custom plan for an array of known length always looks cheaper than the generic plan — and
+	// planning it cost more than running it; forced onto a generic plan, the plan cached while
+	// the tables were small kept scanning them as they grew.)
+	qDedupEntry  = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
+	qCollectedOf = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
+	qEvents      = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody        = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
@@ -781,14 +776,9 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 		offers map[hash.Hash][]hash.Hash
 		gone   map[hash.Hash]bool
 	)
-	err := db.retry(ctx, func() error {
-		offers, gone = make(map[hash.Hash][]hash.Hash, len(keys)), map[hash.Hash]bool{}
-		for part := range slices.Chunk(keys, dedupOfMax) {
-			if err := db.dedupOf(ctx, part, offers, gone); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := db.retry(ctx, func() (err error) {
+		offers, gone, err = db.dedupOf(ctx, keys)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dedup of %d chunks: %w", len(keys), translate(err))
@@ -804,38 +794,55 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 	return out, nil
 }
 
-// dedupOfMax is the most chunks one qDedupOf looks up (the files of a shard whose first chunks
-// ingest looks up are at most ingest.MaxAnchoredFiles, 64).
-const dedupOfMax = 64
-
-// dedupOf runs qDedupOf for up to dedupOfMax chunks, adding to offers and gone.
-func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash, offers map[hash.Hash][]hash.Hash, gone map[hash.Hash]bool) error {
-	rows, err := db.pool.Query(ctx, qDedupOf, index.JoinHashes(chunks))
+// dedupOf looks up the entries of chunks (sorted, unique) and which of the xorbs they offer are
+// condemned or swept: two round trips when an entry offers xorbs, else one.
+func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]hash.Hash, map[hash.Hash]bool, error) {
+	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
+	batch := &pgx.Batch{}
+	for _, c := range chunks {
+		batch.Queue(qDedupEntry, c[:]).QueryRow(func(row pgx.Row) error {
+			var xs []byte
+			switch err := row.Scan(&xs); {
+			case errors.Is(err, pgx.ErrNoRows):
+				return nil
+			case err != nil:
+				return err
+			}
+			var err error
+			if offers[c], err = index.SplitHashes(xs); err != nil {
+				return fmt.Errorf("dedup %s: %w", c, err)
+			}
+			return nil
+		})
+	}
+	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, nil, err
+	}
+	var all []hash.Hash
+	for _, xs := range offers {
+		all = append(all, xs...)
+	}
+	if len(all) == 0 {
+		return offers, nil, nil
+	}
+	rows, err := db.pool.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer rows.Close()
+	gone := map[hash.Hash]bool{}
 	for rows.Next() {
-		var c, xs, collected []byte
-		if err := rows.Scan(&c, &xs, &collected); err != nil {
-			return err
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, nil, err
 		}
-		h, err := index.HashFromBytes(c)
+		h, err := index.HashFromBytes(k)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		if offers[h], err = index.SplitHashes(xs); err != nil {
-			return fmt.Errorf("dedup %s: %w", h, err)
-		}
-		cs, err := index.SplitHashes(collected)
-		if err != nil {
-			return fmt.Errorf("dedup %s: %w", h, err)
-		}
-		for _, x := range cs {
-			gone[x] = true
-		}
+		gone[h] = true
 	}
-	return rows.Err()
+	return offers, gone, rows.Err()
 }
 
 // ShardBody implements index.ShardBodies.
