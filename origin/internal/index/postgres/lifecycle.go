@@ -344,6 +344,11 @@ func txHashes(ctx context.Context, tx pgx.Tx, q string, args ...any) ([]hash.Has
 		return nil, err
 	}
 	defer rows.Close()
+	return scanHashes(rows)
+}
+
+// scanHashes reads rows of one hash column.
+func scanHashes(rows pgx.Rows) ([]hash.Hash, error) {
 	var out []hash.Hash
 	for rows.Next() {
 		var k []byte
@@ -419,33 +424,36 @@ func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byt
 }
 
 // registerTx is a batch registration's transaction: under the shared collector lock, refuse
-// if a referenced xorb was swept, revive the condemned ones, then register.
+// if a referenced xorb was swept, revive the condemned ones, then register. The lock, the check,
+// the revival and the registration go in one round trip (a pgx batch inside the transaction):
+// when the check finds a swept xorb, the transaction is rolled back, registration and all.
 func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, qLockGCShare, lockGC); err != nil {
-			return err
-		}
+		var gone []hash.Hash
+		out = map[hash.Hash]bool{}
+		batch := &pgx.Batch{}
+		batch.Queue(qLockGCShare, lockGC)
 		if len(refs) > 0 {
 			ra := hashArgs(refs)
-			gone, err := txHashes(ctx, tx, qSweptRefs, ra)
-			if err != nil {
+			batch.Queue(qSweptRefs, ra).Query(func(rows pgx.Rows) (err error) {
+				gone, err = scanHashes(rows)
 				return err
-			}
-			if len(gone) > 0 {
-				return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
-			}
-			if _, err := tx.Exec(ctx, qRevive, ra); err != nil {
-				return err
-			}
+			})
+			batch.Queue(qRevive, ra)
 		}
-		hs, err := txHashes(ctx, tx, qRegister, args...)
-		if err != nil {
+		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
+			hs, err := scanHashes(rows)
+			for _, h := range hs {
+				out[h] = true
+			}
+			return err
+		})
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
-		out = make(map[hash.Hash]bool, len(hs))
-		for _, h := range hs {
-			out[h] = true
+		if len(gone) > 0 {
+			return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
 		}
 		return nil
 	})
