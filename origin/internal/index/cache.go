@@ -163,6 +163,11 @@ func (c *LayoutCache) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.H
 	return c.next.DedupXorbs(ctx, chunk)
 }
 
+// DedupXorbsOf implements Index through the wrapped index.
+func (c *LayoutCache) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	return c.next.DedupXorbsOf(ctx, chunks)
+}
+
 // RecordPossession implements Index through the wrapped index.
 func (c *LayoutCache) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
 	return c.next.RecordPossession(ctx, scope, x)

@@ -178,6 +178,11 @@ func (c *FileCache) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Has
 	return c.next.DedupXorbs(ctx, chunk)
 }
 
+// DedupXorbsOf implements Index through the wrapped index.
+func (c *FileCache) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	return c.next.DedupXorbsOf(ctx, chunks)
+}
+
 // RecordPossession implements Index through the wrapped index.
 func (c *FileCache) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
 	return c.next.RecordPossession(ctx, scope, x)

@@ -24,9 +24,11 @@
 //
 //	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order),  ShardBody
 //	                  ▲         body (the shard itself when kept inline; NULL = in the object store),
-//	                  │         files (n × 32 bytes, sorted; NULL before it was recorded)
+//	                  │         files (n × 32 bytes, sorted; NULL before it was recorded),
+//	                  │         chunks (Postgres: its dedup entries' chunks, n × 32 bytes, sorted)
 //	dedup           chunk PK ── shard                              DedupXorbs: chunk → shard → xorbs
-//	dedup_shard     index on dedup(shard)                          SweepShards
+//	dedup_shard     index on dedup(shard) (SQLite; Postgres probes  SweepShards
+//	                dedup by the shard's chunks instead)
 //
 //	events          seq PK ──── scope, files (n × 32 bytes; NULL = whole scope), at,
 //	                            xorbs (a sweep's: the xorbs it removed; NULL otherwise)
@@ -148,6 +150,11 @@ type Index interface {
 	// dedup entry last, in that shard's order, or ErrNotFound. The newest registration of a
 	// chunk takes it over, so that a file's next version finds its latest one (§8.6 [xetcdn]).
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
+	// DedupXorbsOf is DedupXorbs for several chunks in one round trip: what the entry of each
+	// chunk offers, concatenated in the order of chunks; a chunk without an entry adds nothing
+	// (no ErrNotFound). A registration inherits what the entries of its files' first chunks
+	// offered (ingest), with one lookup for all of them.
+	DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error)
 	// RecordPossession records that a writer of scope uploaded xorb (validated, new or already
 	// stored), so that scope may reference it where a hash alone is no proof of holding its
 	// bytes. It is idempotent.

@@ -120,7 +120,7 @@ type VisibleFile struct {
 // root), it was registered before the grace period, and its entries answer nothing: no dedup
 // entry names it any more (newer registrations took them over), or every xorb it offers is
 // condemned or gone. Collecting it removes its row, the dedup entries naming it
-// (index dedup_shard) and the records of its files no scope sees; its object, when its body is
+// (SQLite: index dedup_shard; Postgres: probes of its recorded chunks) and the records of its files no scope sees; its object, when its body is
 // not inline, is then deleted by the collector. The same condemn → grace → sweep discipline as
 // for xorbs: a shard is swept only when it was condemned before the grace period began.
 type ShardLifecycle interface {

@@ -118,6 +118,13 @@ func (m *Metrics) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash,
 	return xs, err
 }
 
+func (m *Metrics) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	start := time.Now()
+	xs, err := m.next.DedupXorbsOf(ctx, chunks)
+	m.observe("DedupXorbsOf", start, err)
+	return xs, err
+}
+
 func (m *Metrics) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
 	start := time.Now()
 	err := m.next.RecordPossession(ctx, scope, x)

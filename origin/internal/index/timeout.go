@@ -87,6 +87,10 @@ func (t *Timeouts) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash
 	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.DedupXorbs(ctx, chunk) })
 }
 
+func (t *Timeouts) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	return Bound(ctx, t.d, "index", func(ctx context.Context) ([]hash.Hash, error) { return t.next.DedupXorbsOf(ctx, chunks) })
+}
+
 func (t *Timeouts) RecordPossession(ctx context.Context, scope string, x hash.Hash) error {
 	_, err := Bound(ctx, t.d, "index", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, t.next.RecordPossession(ctx, scope, x)

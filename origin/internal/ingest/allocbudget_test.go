@@ -39,6 +39,10 @@ func (x *budgetIndex) DedupXorbs(context.Context, hash.Hash) ([]hash.Hash, error
 	return nil, index.ErrNotFound // the files start new: no entry to take over
 }
 
+func (x *budgetIndex) DedupXorbsOf(context.Context, []hash.Hash) ([]hash.Hash, error) {
+	return nil, nil // the files start new: no entry to take over
+}
+
 // TestAllocBudgetRegisterShard: the allocation budget of registering an hf_xet-like upload shard
 // (4 files of 64 terms over 16 xorbs of 1,024 chunks, plus 2 xorb-info blocks), everything but
 // the index round trips (perf/allocbudget).

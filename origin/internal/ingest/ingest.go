@@ -69,7 +69,8 @@ type Index interface {
 	XorbSize(ctx context.Context, xorb hash.Hash) (uint64, error)
 	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 	RegisterShard(ctx context.Context, r *index.Registration) (bool, error)
-	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) // entries a registration takes over
+	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
+	DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) // entries a registration takes over
 	RecordPossession(ctx context.Context, scope string, xorb hash.Hash) error
 	Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error)
 }

@@ -294,13 +294,10 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	progress(Progress{Stage: StageSyncing})
 	// A file start this shard takes over keeps offering what its entry offered (the previous
 	// version's xorbs, or the siblings of the shard that stored it): newest-wins loses nothing.
-	var inherited []hash.Hash
-	for _, c := range starts {
-		xs, err := s.idx.DedupXorbs(ctx, c)
-		if err != nil && !errors.Is(err, index.ErrNotFound) {
-			return false, fmt.Errorf("register shard %s: dedup entry %s: %w", h, c, err)
-		}
-		inherited = append(inherited, xs...)
+	// One lookup for all of them (index.Index.DedupXorbsOf).
+	inherited, err := s.idx.DedupXorbsOf(ctx, starts)
+	if err != nil {
+		return false, fmt.Errorf("register shard %s: dedup entries of %d file starts: %w", h, len(starts), err)
 	}
 	reg.Xorbs = offeredXorbs(sh, inherited)
 	ins, err := s.idx.RegisterShard(ctx, reg)

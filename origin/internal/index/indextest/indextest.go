@@ -493,6 +493,24 @@ func testDedup(t *testing.T, ix index.Index) {
 	if xs, err := ix.DedupXorbs(ctx, b.Dedup[0]); err != nil || !slices.Equal(xs, b.Xorbs) {
 		t.Errorf("DedupXorbs of b's chunk = %v, %v; want b's xorbs", xs, err)
 	}
+	// Several chunks in one lookup: each entry's xorbs in the order of the chunks asked (a
+	// chunk asked twice adds its xorbs twice), nothing for a chunk without an entry.
+	got, err := ix.DedupXorbsOf(ctx, []hash.Hash{b.Dedup[0], g.Hash(), a.Dedup[1], a.Dedup[2], a.Dedup[1]})
+	if want := slices.Concat(b.Xorbs, a.Xorbs, b.Xorbs, a.Xorbs); err != nil || !slices.Equal(got, want) {
+		t.Errorf("DedupXorbsOf = %v, %v; want %v", got, err, want)
+	}
+	// More chunks than one statement may take (Postgres: 64): the same, in the order asked.
+	many := append(g.Hashes(70), a.Dedup[3])
+	many = append(many, g.Hashes(70)...)
+	many = append(many, b.Dedup[0])
+	if got, err := ix.DedupXorbsOf(ctx, many); err != nil || !slices.Equal(got, slices.Concat(a.Xorbs, b.Xorbs)) {
+		t.Errorf("DedupXorbsOf of 142 chunks = %v, %v; want a's xorbs, then b's", got, err)
+	}
+	for _, cs := range [][]hash.Hash{nil, {g.Hash(), a.Xorbs[0]}} {
+		if got, err := ix.DedupXorbsOf(ctx, cs); err != nil || len(got) != 0 {
+			t.Errorf("DedupXorbsOf(%v) = %v, %v; want nothing, no error", cs, got, err)
+		}
+	}
 	// A shard without xorbs still answers (with none).
 	c := g.Registration("models/other/c", 1, 0, 1)
 	mustRegister(t, ix, c, true)

@@ -239,6 +239,9 @@ func testCollect(t *testing.T, ix index.Index) {
 	if got, err := ix.DedupXorbs(ctx, r2.Dedup[0]); err != nil || !slices.Equal(got, []hash.Hash{x1}) {
 		t.Fatalf("DedupXorbs with x3 condemned = %v, %v; want [x1]", got, err)
 	}
+	if got, err := ix.DedupXorbsOf(ctx, []hash.Hash{r2.Dedup[0], g.Hash()}); err != nil || !slices.Equal(got, []hash.Hash{x1}) {
+		t.Fatalf("DedupXorbsOf with x3 condemned = %v, %v; want [x1]", got, err)
+	}
 	// A second Condemn keeps the first time.
 	if err := ix.Condemn(ctx, []hash.Hash{x3}, time.Now()); err != nil {
 		t.Fatal(err)

@@ -4,13 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io/fs"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xetcdn/xetcdn/internal/testenv"
+	"github.com/xetcdn/xetcdn/origin/internal/index"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -22,7 +27,7 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		`INSERT INTO xorbs SELECT sha256(i::text::bytea), i, '\x01' FROM generate_series(1, $1) i`,
 		`INSERT INTO files SELECT sha256(i::text::bytea), '\x01' FROM generate_series(1, $1) i`,
 		`INSERT INTO visibility SELECT 'models/s/' || (i % 1000), sha256(i::text::bytea) FROM generate_series(1, $1) i`,
-		`INSERT INTO shards(hash, scope, xorbs) SELECT sha256(i::text::bytea), 'models/s/' || (i % 1000), '' FROM generate_series(1, $1) i`,
+		`INSERT INTO shards(hash, scope, xorbs, chunks) SELECT sha256(i::text::bytea), 'models/s/' || (i % 1000), '', sha256((-i)::text::bytea) FROM generate_series(1, $1) i`,
 		`INSERT INTO dedup SELECT sha256((-i)::text::bytea), sha256(i::text::bytea) FROM generate_series(1, $1) i`,
 		`INSERT INTO events(scope) SELECT 'models/s/' || (i % 1000) FROM generate_series(1, $1) i`,
 		`INSERT INTO possession SELECT 'models/s/' || (i % 1000), sha256(i::text::bytea) FROM generate_series(1, $1) i`,
@@ -40,17 +45,21 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		q    string
 		args []any
 	}{
-		"XorbSize":  {qXorbSize, []any{k}},
-		"Layouts":   {qLayouts, []any{[][]byte{k, k, k}}},
-		"File":      {qFile, []any{"models/s/7", k}},
-		"Dedup":     {qDedup, []any{k}},
-		"ShardBody": {qBody, []any{k}},
-		"Events":    {qEvents, []any{int64(5), 10}},
-		"HideScope": {qHideScope, []any{"models/s/7"}},
-		"HideFiles": {qHideFiles, []any{"models/s/7", [][]byte{k}}},
-		"Possessed": {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
-		// The collector's deletes by the secondary keys (migration 0006).
+		"XorbSize":    {qXorbSize, []any{k}},
+		"Layouts":     {qLayouts, []any{[][]byte{k, k, k}}},
+		"File":        {qFile, []any{"models/s/7", k}},
+		"Dedup":       {qDedup, []any{k}},
+		"DedupEntry":  {qDedupEntry, []any{k}},
+		"CollectedOf": {qCollectedOf, []any{[][]byte{k, k}}},
+		"ShardBody":   {qBody, []any{k}},
+		"Events":      {qEvents, []any{int64(5), 10}},
+		"HideScope":   {qHideScope, []any{"models/s/7"}},
+		"HideFiles":   {qHideFiles, []any{"models/s/7", [][]byte{k}}},
+		"Possessed":   {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
+		// The collector's deletes by the secondary keys (migration 0006), and the dedup entries
+		// of shards by their chunk lists (migration 0007).
 		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},
+		"ShardsScan":       {qShardsScan, []any{k, 100}},
 		"DropPossessionOf": {qDropPossessionOf, []any{[][]byte{k, k}}},
 	}
 	out := make(map[string]string, len(qs))
@@ -121,4 +130,74 @@ func (db *DB) DedupNaming(ctx context.Context, shard hash.Hash) (int, error) {
 	var n int
 	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM dedup WHERE shard = $1`, shard[:]).Scan(&n)
 	return n, err
+}
+
+// MigrateTo applies the embedded migrations up to version v (inclusive) to the schema of dsn,
+// as an origin of that version would have left it.
+func MigrateTo(ctx context.Context, dsn string, v int) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	if _, err := conn.Exec(ctx, `CREATE TABLE schema_version (version integer PRIMARY KEY)`); err != nil {
+		return err
+	}
+	for _, name := range names {
+		n, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, "migrations/"), "_", 2)[0])
+		if err != nil {
+			return err
+		}
+		if n > v {
+			break
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, string(body)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO schema_version(version) VALUES ($1)`, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RegisterHOT commits rs as one batch in a transaction of its own (qRegister, as a registrar
+// does) and returns how many dedup rows that transaction updated in all and how many of those
+// updates were heap-only (no new index entries), from the transaction's own statistics.
+func (db *DB) RegisterHOT(ctx context.Context, rs ...*index.Registration) (updated, hot int64, err error) {
+	ops := make([]*regOp, len(rs))
+	for i, r := range rs {
+		b, err := index.NewBatch(r)
+		if err != nil {
+			return 0, 0, err
+		}
+		ops[i] = &regOp{ctx: ctx, b: b}
+	}
+	// The counters are the backend's pending ones (they may include earlier transactions not
+	// yet flushed): the difference across the statement, inside the transaction, is its own.
+	const qCounts = `SELECT pg_stat_get_xact_tuples_updated('dedup'::regclass), pg_stat_get_xact_tuples_hot_updated('dedup'::regclass)`
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var u0, h0 int64
+		if err := tx.QueryRow(ctx, qCounts).Scan(&u0, &h0); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, qRegister, registerArgs(ops)...); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, qCounts).Scan(&updated, &hot); err != nil {
+			return err
+		}
+		updated, hot = updated-u0, hot-h0
+		return nil
+	})
+	return updated, hot, err
 }

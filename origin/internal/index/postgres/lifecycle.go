@@ -344,6 +344,11 @@ func txHashes(ctx context.Context, tx pgx.Tx, q string, args ...any) ([]hash.Has
 		return nil, err
 	}
 	defer rows.Close()
+	return scanHashes(rows)
+}
+
+// scanHashes reads rows of one hash column.
+func scanHashes(rows pgx.Rows) ([]hash.Hash, error) {
 	var out []hash.Hash
 	for rows.Next() {
 		var k []byte
@@ -419,33 +424,36 @@ func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byt
 }
 
 // registerTx is a batch registration's transaction: under the shared collector lock, refuse
-// if a referenced xorb was swept, revive the condemned ones, then register.
+// if a referenced xorb was swept, revive the condemned ones, then register. The lock, the check,
+// the revival and the registration go in one round trip (a pgx batch inside the transaction):
+// when the check finds a swept xorb, the transaction is rolled back, registration and all.
 func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, qLockGCShare, lockGC); err != nil {
-			return err
-		}
+		var gone []hash.Hash
+		out = map[hash.Hash]bool{}
+		batch := &pgx.Batch{}
+		batch.Queue(qLockGCShare, lockGC)
 		if len(refs) > 0 {
 			ra := hashArgs(refs)
-			gone, err := txHashes(ctx, tx, qSweptRefs, ra)
-			if err != nil {
+			batch.Queue(qSweptRefs, ra).Query(func(rows pgx.Rows) (err error) {
+				gone, err = scanHashes(rows)
 				return err
-			}
-			if len(gone) > 0 {
-				return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
-			}
-			if _, err := tx.Exec(ctx, qRevive, ra); err != nil {
-				return err
-			}
+			})
+			batch.Queue(qRevive, ra)
 		}
-		hs, err := txHashes(ctx, tx, qRegister, args...)
-		if err != nil {
+		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
+			hs, err := scanHashes(rows)
+			for _, h := range hs {
+				out[h] = true
+			}
+			return err
+		})
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
-		out = make(map[hash.Hash]bool, len(hs))
-		for _, h := range hs {
-			out[h] = true
+		if len(gone) > 0 {
+			return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
 		}
 		return nil
 	})
@@ -487,14 +495,27 @@ func (db *DB) LockCollector(ctx context.Context) (func(), error) {
 
 // Dead shards (index.ShardLifecycle). SweepShards holds lockGC exclusively, like Sweep, so a
 // registration of the same shard (or of one of its files) is wholly before or after it.
+//
+// The dedup entries naming a shard are found from its row's chunk list (shards.chunks, migration
+// 0007): one primary-key probe of dedup per listed chunk, keeping those that still name it. A row
+// without a list (NULL: registered by an older replica after the migration) counts as named, so
+// it is only collected once every xorb it offers is condemned or gone, and its sweep leaves its
+// entries; they answer nothing (DedupXorbs joins the shard row) and the next registration of
+// their chunks takes them over.
 const (
-	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL, EXISTS (SELECT 1 FROM dedup d WHERE d.shard = s.hash), s.at, s.body IS NOT NULL, c.at FROM shards s
+	qShardsScan = `SELECT s.hash, s.xorbs, s.files, s.files IS NOT NULL,
+	s.chunks IS NULL OR EXISTS (SELECT 1 FROM dedup d WHERE d.chunk = ANY(ARRAY(
+		SELECT substring(s.chunks FROM i * 32 + 1 FOR 32) FROM generate_series(0, length(s.chunks) / 32 - 1) i)) AND d.shard = s.hash),
+	s.at, s.body IS NOT NULL, c.at FROM shards s
 LEFT JOIN condemned_shards c ON c.shard = s.hash WHERE s.hash > $1 ORDER BY s.hash LIMIT $2`
 	qCondemnShards = `INSERT INTO condemned_shards(shard, at)
 SELECT s.hash, $2 FROM shards s WHERE s.hash = ANY($1::bytea[]) ORDER BY s.hash ON CONFLICT DO NOTHING`
-	qReviveShards     = `DELETE FROM condemned_shards WHERE shard = ANY($1::bytea[])`
-	qSweepShardsPick  = `SELECT shard FROM condemned_shards WHERE shard = ANY($1::bytea[]) AND at < $2 ORDER BY shard FOR UPDATE`
-	qDropShardDedup   = `DELETE FROM dedup WHERE shard = ANY($1::bytea[])`
+	qReviveShards    = `DELETE FROM condemned_shards WHERE shard = ANY($1::bytea[])`
+	qSweepShardsPick = `SELECT shard FROM condemned_shards WHERE shard = ANY($1::bytea[]) AND at < $2 ORDER BY shard FOR UPDATE`
+	// qDropShardDedup: the entries naming the shards $1 among the chunks their rows list (an
+	// entry names a shard only if that shard's list has its chunk).
+	qDropShardDedup = `DELETE FROM dedup WHERE chunk = ANY(ARRAY(SELECT substring(s.chunks FROM i * 32 + 1 FOR 32)
+	FROM shards s, generate_series(0, length(s.chunks) / 32 - 1) i WHERE s.hash = ANY($1::bytea[]))) AND shard = ANY($1::bytea[])`
 	qDropShards       = `DELETE FROM shards WHERE hash = ANY($1::bytea[])`
 	qDropPossessionOf = `DELETE FROM possession WHERE xorb = ANY($1::bytea[])`
 )

@@ -304,8 +304,17 @@ const (
 )
 SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM condemned WHERE xorb = ANY(e.xs)
 	UNION SELECT xorb FROM swept WHERE xorb = ANY(e.xs)) g) FROM e`
-	qEvents = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
-	qBody   = `SELECT body FROM shards WHERE hash = $1`
+	// DedupXorbsOf's statements: qDedupEntry for each chunk, all in one round trip, then, when
+	// the entries offer xorbs, qCollectedOf for all of them at once: which are condemned or
+	// swept. Each is a few primary-key probes with one cached generic plan. (One statement
+	// taking an array of chunks and joining dedup to shards was planned anew at every call — a
+	// custom plan for an array of known length always looks cheaper than the generic plan — and
+	// planning it cost more than running it; forced onto a generic plan, the plan cached while
+	// the tables were small kept scanning them as they grew.)
+	qDedupEntry  = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
+	qCollectedOf = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
+	qEvents      = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody        = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
@@ -314,10 +323,20 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// the shard rows are inserted first; the unreferenced CTEs f, v, d run to completion
 	// afterwards, in an order fixed by the plan and so the same for every batch (this is the
 	// only statement that inserts into these tables). It returns the shards that were new.
+	//
+	// A shard row records the chunks of its dedup entries (migration 0007), which is how the
+	// collector finds the entries naming it: every registration of one shard computes the same
+	// list (same body, same stored layouts), so a row already there keeps its own, except a row
+	// from before the migration, whose list holds only the entries that named it then (or NULL:
+	// written by an older replica), and takes the full one. That update does not count as new
+	// (xmax is 0 only for an inserted row). A dedup entry already naming its shard is left as it
+	// is (no new row version); one taken over changes only the unindexed shard column, a
+	// heap-only update.
 	qRegister = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs, body, files)
-	SELECT h, sc, x, b, fs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[]) AS u(h, sc, x, b, fs) ORDER BY h
-	ON CONFLICT DO NOTHING RETURNING hash
+	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
+	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h
+	ON CONFLICT (hash) DO UPDATE SET chunks = EXCLUDED.chunks WHERE shards.chunks IS DISTINCT FROM EXCLUDED.chunks
+	RETURNING hash, xmax = '0'::xid AS fresh
 ), f AS (
 	INSERT INTO files(hash, record)
 	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h ON CONFLICT DO NOTHING
@@ -327,9 +346,9 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
-	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard
+	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
 )
-SELECT hash FROM s`
+SELECT hash FROM s WHERE fresh`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
@@ -653,8 +672,9 @@ func registerArgs(ops []*regOp) []any {
 	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
 
 	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
-	sb := make([][]byte, len(shards)) // nil elements are NULL: no inline body
-	sf := make([][]byte, len(shards)) // the shard's files (index.ShardEntry.Files)
+	sb := make([][]byte, len(shards))  // nil elements are NULL: no inline body
+	sf := make([][]byte, len(shards))  // the shard's files (index.ShardEntry.Files)
+	scs := make([][]byte, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
@@ -662,6 +682,9 @@ func registerArgs(ops []*regOp) []any {
 		}
 		if sf[i] = index.JoinHashes(b.FileHashes); sf[i] == nil {
 			sf[i] = []byte{}
+		}
+		if scs[i] = index.JoinHashes(b.Dedup); scs[i] == nil { // Batch.Dedup: sorted, unique
+			scs[i] = []byte{}
 		}
 	}
 	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
@@ -676,7 +699,7 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf}
+	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
 }
 
 // File implements index.Index.
@@ -738,6 +761,88 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	}
 	// Without the condemned and swept xorbs, order kept.
 	return slices.DeleteFunc(out, func(x hash.Hash) bool { return slices.Contains(gone, x) }), nil
+}
+
+// DedupXorbsOf implements index.Index.
+func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	keys := index.SortedUnique(chunks)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var (
+		offers map[hash.Hash][]hash.Hash
+		gone   map[hash.Hash]bool
+	)
+	err := db.retry(ctx, func() (err error) {
+		offers, gone, err = db.dedupOf(ctx, keys)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup of %d chunks: %w", len(keys), translate(err))
+	}
+	var out []hash.Hash
+	for _, c := range chunks {
+		for _, x := range offers[c] {
+			if !gone[x] {
+				out = append(out, x)
+			}
+		}
+	}
+	return out, nil
+}
+
+// dedupOf looks up the entries of chunks (sorted, unique) and which of the xorbs they offer are
+// condemned or swept: two round trips when an entry offers xorbs, else one.
+func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]hash.Hash, map[hash.Hash]bool, error) {
+	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
+	batch := &pgx.Batch{}
+	for _, c := range chunks {
+		batch.Queue(qDedupEntry, c[:]).QueryRow(func(row pgx.Row) error {
+			var xs []byte
+			switch err := row.Scan(&xs); {
+			case errors.Is(err, pgx.ErrNoRows):
+				return nil
+			case err != nil:
+				return err
+			}
+			var err error
+			if offers[c], err = index.SplitHashes(xs); err != nil {
+				return fmt.Errorf("dedup %s: %w", c, err)
+			}
+			return nil
+		})
+	}
+	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, nil, err
+	}
+	var all []hash.Hash
+	for _, xs := range offers {
+		all = append(all, xs...)
+	}
+	if len(all) == 0 {
+		return offers, nil, nil
+	}
+	rows, err := db.pool.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	gone := map[hash.Hash]bool{}
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, nil, err
+		}
+		h, err := index.HashFromBytes(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		gone[h] = true
+	}
+	return offers, gone, rows.Err()
 }
 
 // ShardBody implements index.ShardBodies.

@@ -649,6 +649,19 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	return out, nil
 }
 
+// DedupXorbsOf implements index.Index: one DedupXorbs per chunk (an in-process lookup each).
+func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) {
+	var out []hash.Hash
+	for _, c := range chunks {
+		xs, err := db.DedupXorbs(ctx, c)
+		if err != nil && !errors.Is(err, index.ErrNotFound) {
+			return nil, err
+		}
+		out = append(out, xs...)
+	}
+	return out, nil
+}
+
 // Hide implements index.Index.
 func (db *DB) Hide(ctx context.Context, scope string, files []hash.Hash) error {
 	if err := index.CheckScope(scope); err != nil {
