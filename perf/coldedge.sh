@@ -225,8 +225,13 @@ cold() {
 		${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$!
 	echo "$pid" >"$WORK/$n/edge.pid"
-	up "https://127.0.0.1:$e"
-	up "http://127.0.0.1:$h"
+	if ! (up "https://127.0.0.1:$e" && up "http://127.0.0.1:$h"); then
+		# Never leave it running: the next edge would find its ports taken and be measured
+		# against this one.
+		kill "$pid" 2>/dev/null || true
+		tail -20 "$WORK/$n/edge.log" >&2
+		exit 1
+	fi
 	local c0 res c1 peak
 	c0=$(cpu "$pid")
 	if [ "$client" = hf ] && [ "$proto" = tls ]; then
@@ -307,15 +312,15 @@ for r in $(seq "$ROUNDS"); do
 	fi
 	for n in "${order[@]}"; do
 		echo "== round $r $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
-		echo "$n origin $(download "$n" "${corigin[$n]}")"
-		echo "$n edge-plain $(cold "$n" plain)"
-		echo "$n edge-tls $(cold "$n" tls)"
-		[ "$ORIGIN_TLS" = 0 ] || echo "$n origin-tls $(TOKEN=${ttoken[$n]} download "$n" "${torigin[$n]}" --insecure)"
+		m=$(download "$n" "${corigin[$n]}") || exit 1; echo "$n origin $m"
+		m=$(cold "$n" plain) || exit 1; echo "$n edge-plain $m"
+		m=$(cold "$n" tls) || exit 1; echo "$n edge-tls $m"
+		if [ "$ORIGIN_TLS" = 1 ]; then m=$(TOKEN=${ttoken[$n]} download "$n" "${torigin[$n]}" --insecure) || exit 1; echo "$n origin-tls $m"; fi
 		if [ -n "${PYTHON:-}" ]; then
-			echo "$n hf-origin $(hfdownload "$n" "${corigin[$n]}")"
-			echo "$n hf-edge-plain $(cold "$n" plain hf)"
-			echo "$n hf-edge-tls $(cold "$n" tls hf)"
-			[ "$ORIGIN_TLS" = 0 ] || echo "$n hf-origin-tls $(TOKEN=${ttoken[$n]} hfdownload "$n" "${torigin[$n]}" "$WORK/otls.crt")"
+			m=$(hfdownload "$n" "${corigin[$n]}") || exit 1; echo "$n hf-origin $m"
+			m=$(cold "$n" plain hf) || exit 1; echo "$n hf-edge-plain $m"
+			m=$(cold "$n" tls hf) || exit 1; echo "$n hf-edge-tls $m"
+			if [ "$ORIGIN_TLS" = 1 ]; then m=$(TOKEN=${ttoken[$n]} hfdownload "$n" "${torigin[$n]}" "$WORK/otls.crt") || exit 1; echo "$n hf-origin-tls $m"; fi
 		fi
 	done | tee -a "$out"
 done
@@ -323,8 +328,8 @@ done
 if [ "$CLIENTS" -gt 0 ]; then
 	for n in "${names[@]}"; do
 		echo "== burst $n $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
-		echo "$n burst-different $(burst "$n" different)"
-		echo "$n burst-same $(burst "$n" same)"
+		m=$(burst "$n" different) || exit 1; echo "$n burst-different $m"
+		m=$(burst "$n" same) || exit 1; echo "$n burst-same $m"
 	done | tee -a "$WORK/bursts.txt"
 fi
 
