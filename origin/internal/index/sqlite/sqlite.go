@@ -76,6 +76,9 @@ type DB struct {
 	// use): the global-dedup query runs once per uploaded file with hf_xet, and parsing it anew
 	// each time was half of its cost (issue 13, perf/BENCHMARKS.md "small-file uploads").
 	selDedup *sql.Stmt
+
+	filter *dedupFilter   // dedupfilter.go
+	bg     sync.WaitGroup // background goroutines (the filter's builder), waited for by Close
 }
 
 // writeOp is one write waiting for the writer goroutine.
@@ -119,7 +122,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch, path: o.Path,
-		closing: make(chan struct{}), done: make(chan struct{})}
+		closing: make(chan struct{}), done: make(chan struct{}), filter: newDedupFilter()}
 	if err := db.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -156,6 +159,8 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, fmt.Errorf("sqlite: prepare: %w", translate(err))
 	}
 	go db.writer()
+	db.bg.Add(1)
+	go db.filterBuilder() // dedupfilter.go
 	return db, nil
 }
 
@@ -513,6 +518,7 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 				return translate(err)
 			}
 		}
+		db.filter.add(b.Dedup) // before the commit that makes them visible (dedupfilter.go)
 		st = tx.StmtContext(ctx, db.insDedup)
 		for _, c := range b.Dedup {
 			if _, err := st.ExecContext(ctx, c[:], b.Shard[:]); err != nil {
@@ -634,6 +640,9 @@ func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, err
 	if err := db.read(); err != nil {
 		return nil, err
 	}
+	if db.dedupAbsent(&chunk) {
+		return nil, dedupMiss(chunk)
+	}
 	var xs []byte
 	err := db.selDedup.QueryRowContext(ctx, chunk[:]).Scan(&xs)
 	if err != nil {
@@ -742,6 +751,7 @@ func (db *DB) Close() error {
 		close(db.closing)
 		db.mu.Unlock()
 		<-db.done
+		db.bg.Wait()
 		db.closeErr = errors.Join(db.r.Close(), db.w.Close())
 	})
 	return db.closeErr
