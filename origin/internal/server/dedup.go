@@ -35,7 +35,7 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	noEntry := func() error { return fmt.Errorf("%w: no dedup entry for chunk %s", index.ErrNotFound, chunk) }
+	noEntry := func() error { return noDedupEntry(chunk) }
 	xs, err := s.idx.DedupXorbs(ctx, chunk)
 	if errors.Is(err, index.ErrNotFound) {
 		return noEntry()
@@ -97,3 +97,14 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	_, err = w.Write(b)
 	return err
 }
+
+// noDedupEntry is the 404 of the dedup route, formatted only when its text is asked for (a
+// 404 is logged at debug level only; hf_xet sends one query per uploaded file, most of them
+// misses).
+type noDedupEntry hash.Hash
+
+func (e noDedupEntry) Error() string {
+	return fmt.Sprintf("%v: no dedup entry for chunk %s", index.ErrNotFound, hash.Hash(e))
+}
+
+func (noDedupEntry) Unwrap() error { return index.ErrNotFound }
