@@ -21,7 +21,8 @@
 # worktree), measured in the same rounds, for before/after numbers on the same neighbours.
 # PG=1 adds an "origin-pg" contender: the origin on Postgres + MinIO (the production shape; a
 # fresh database and bucket per round, from $XETCDN_TEST_POSTGRES_DSN and XETCDN_TEST_S3_*,
-# dropped afterwards). The contenders' order rotates between rounds.
+# dropped afterwards); with BASE= too, an "origin-base-pg" contender runs REV's origin on
+# Postgres + MinIO as well. The contenders' order rotates between rounds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FILES=${FILES:-2000} MIN_KB=${MIN_KB:-4} MAX_KB=${MAX_KB:-64} ROUNDS=${ROUNDS:-3} SEED=${SEED:-13} P=${PORT_BASE:-31900}
@@ -80,7 +81,7 @@ if [ -n "${BASE:-}" ]; then
 	(cd "$WORK/base" && go build -o "$WORK/basebin/" ./cmd/xet-origin)
 fi
 B=$WORK/bin
-contenders="origin ${BASE:+origin-base} ${PG:+origin-pg} reference"
+contenders="origin ${BASE:+origin-base} ${PG:+origin-pg} ${BASE:+${PG:+origin-base-pg}} reference"
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
@@ -144,9 +145,10 @@ for r in $(seq "$ROUNDS"); do
 	for who in $order; do
 		if [ "$who" != reference ]; then
 			bin=$B/xet-origin extra=() envs=()
-			[ "$who" = origin-base ] && bin=$WORK/basebin/xet-origin
-			if [ "$who" = origin-pg ]; then
-				db=xetsmall_$(basename "$WORK" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')_$r
+			case $who in origin-base | origin-base-pg) bin=$WORK/basebin/xet-origin ;; esac
+			if [ "$who" = origin-pg ] || [ "$who" = origin-base-pg ]; then
+				db=xetsmall_$(basename "$WORK" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')_$r${who#origin-pg}
+				db=${db//-/_}
 				psql -q "$XETCDN_TEST_POSTGRES_DSN" -c "CREATE DATABASE $db" >/dev/null
 				dbs+=("$db")
 				printf '{"index":{"driver":"postgres"},"objects":{"driver":"s3","endpoint":"%s","bucket":"%s"}}\n' \

@@ -325,26 +325,43 @@ type LFSFile struct {
 
 // PutLFS records, in one transaction, that a shard registered these Xet files under scope at
 // time at; a sha256 already mapped keeps its first file and takes the new time (the row roots
-// the file for garbage collection for a grace period from then, Roots).
+// the file for garbage collection for a grace period from then, Roots). A sha256 listed twice
+// keeps its first file. The rows are written lfsRowsPerInsert per statement: a shard of 2,000
+// small files was 2,000 statements (round trips on Postgres).
 func (s *Store) PutLFS(ctx context.Context, scope string, files []LFSFile, at time.Time) error {
-	if len(files) == 0 {
+	seen := make(map[string]bool, len(files))
+	rows := make([]LFSFile, 0, len(files))
+	for _, f := range files {
+		if !seen[f.SHA256] { // one statement cannot update a row twice (Postgres)
+			seen[f.SHA256] = true
+			rows = append(rows, f)
+		}
+	}
+	if len(rows) == 0 {
 		return nil
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, s.q(`INSERT INTO hub_lfs(scope, sha256, file, size, at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (scope, sha256) DO UPDATE SET at = excluded.at`))
-		if err != nil {
-			return s.translate(err)
-		}
-		defer stmt.Close()
-		for _, f := range files {
-			if _, err := stmt.ExecContext(ctx, scope, f.SHA256, f.File, f.Size, at.Unix()); err != nil {
+		args := make([]any, 0, 5*min(len(rows), lfsRowsPerInsert))
+		for len(rows) > 0 {
+			n := min(len(rows), lfsRowsPerInsert)
+			args = args[:0]
+			for _, f := range rows[:n] {
+				args = append(args, scope, f.SHA256, f.File, f.Size, at.Unix())
+			}
+			q := `INSERT INTO hub_lfs(scope, sha256, file, size, at) VALUES ` +
+				strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?), `, n), `, `) +
+				` ON CONFLICT (scope, sha256) DO UPDATE SET at = excluded.at`
+			if _, err := tx.ExecContext(ctx, s.q(q), args...); err != nil {
 				return s.translate(err)
 			}
+			rows = rows[n:]
 		}
 		return nil
 	})
 }
+
+// lfsRowsPerInsert is how many hub_lfs rows one statement of PutLFS writes (500 parameters).
+const lfsRowsPerInsert = 100
 
 // LFS returns the Xet file and size registered under scope for a sha256; ErrEntryNotFound if
 // none.

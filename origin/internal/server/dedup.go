@@ -35,10 +35,10 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	noEntry := fmt.Errorf("%w: no dedup entry for chunk %s", index.ErrNotFound, chunk)
+	noEntry := func() error { return noDedupEntry(chunk) }
 	xs, err := s.idx.DedupXorbs(ctx, chunk)
 	if errors.Is(err, index.ErrNotFound) {
-		return noEntry
+		return noEntry()
 	} else if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		blocks = append(blocks, x)
 	}
 	if len(blocks) == 0 {
-		return noEntry
+		return noEntry()
 	}
 	now := s.now()
 	ans := shard.DedupAnswer(blocks, s.keys.Dedup, now, now.Add(s.cfg.Auth.DedupExpiry.D()))
@@ -97,3 +97,14 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	_, err = w.Write(b)
 	return err
 }
+
+// noDedupEntry is the 404 of the dedup route, formatted only when its text is asked for (a
+// 404 is logged at debug level only; hf_xet sends one query per uploaded file, most of them
+// misses).
+type noDedupEntry hash.Hash
+
+func (e noDedupEntry) Error() string {
+	return fmt.Sprintf("%v: no dedup entry for chunk %s", index.ErrNotFound, hash.Hash(e))
+}
+
+func (noDedupEntry) Unwrap() error { return index.ErrNotFound }

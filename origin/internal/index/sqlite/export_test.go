@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -60,4 +61,32 @@ func (db *DB) DedupNaming(ctx context.Context, shard hash.Hash) (int, error) {
 	var n int
 	err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM dedup WHERE shard = ?`, shard[:]).Scan(&n)
 	return n, err
+}
+
+// WaitDedupFilter waits until the dedup filter is built and no rebuild is under way, and
+// returns the number of chunks the filter in use is sized for.
+func (db *DB) WaitDedupFilter(ctx context.Context) (int64, error) {
+	for {
+		db.filter.mu.Lock()
+		cur, pending := db.filter.cur.Load(), db.filter.pending
+		db.filter.mu.Unlock()
+		if cur != nil && pending == nil && cur.n.Load() <= cur.cap {
+			return cur.cap, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// CloseReadPool closes the read connections: every read fails from then on.
+func (db *DB) CloseReadPool() error { return db.r.Close() }
+
+// SetBloomMinChunks sets the least size of a dedup filter and returns a function restoring it.
+func SetBloomMinChunks(n int64) (restore func()) {
+	old := bloomMinChunks
+	bloomMinChunks = n
+	return func() { bloomMinChunks = old }
 }

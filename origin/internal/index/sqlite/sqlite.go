@@ -72,10 +72,17 @@ type DB struct {
 
 	// Statements prepared on the writer connection.
 	insShard, insFile, insVis, insDedup, insXorb, insPossession *sql.Stmt
+	// The same inserts of files, visibility and dedup rows, rowsPerInsert rows at a time
+	// (RegisterShard): a shard of 2,000 small files is 6,000 rows, and each statement run
+	// costs more than the row it inserts.
+	insFiles, insVises, insDedups *sql.Stmt
 	// Statements prepared on the read pool (each reader connection prepares them once, on first
 	// use): the global-dedup query runs once per uploaded file with hf_xet, and parsing it anew
 	// each time was half of its cost (issue 13, perf/BENCHMARKS.md "small-file uploads").
 	selDedup *sql.Stmt
+
+	filter *dedupFilter   // dedupfilter.go
+	bg     sync.WaitGroup // background goroutines (the filter's builder), waited for by Close
 }
 
 // writeOp is one write waiting for the writer goroutine.
@@ -119,7 +126,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	db := &DB{w: w, ops: make(chan *writeOp, o.MaxBatch), maxBatch: o.MaxBatch, path: o.Path,
-		closing: make(chan struct{}), done: make(chan struct{})}
+		closing: make(chan struct{}), done: make(chan struct{}), filter: newDedupFilter()}
 	if err := db.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -141,6 +148,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		{&db.insFile, `INSERT INTO files(hash, record) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insVis, `INSERT INTO visibility(scope, file) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT(chunk) DO UPDATE SET shard = excluded.shard`},
+		{&db.insFiles, `INSERT INTO files(hash, record) VALUES ` + rowsOf(2) + ` ON CONFLICT DO NOTHING`},
+		{&db.insVises, `INSERT INTO visibility(scope, file) VALUES ` + rowsOf(2) + ` ON CONFLICT DO NOTHING`},
+		{&db.insDedups, `INSERT INTO dedup(chunk, shard) VALUES ` + rowsOf(2) + ` ON CONFLICT(chunk) DO UPDATE SET shard = excluded.shard`},
 		{&db.insXorb, `INSERT INTO xorbs(hash, stored_size, layout) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insPossession, `INSERT INTO possession(scope, xorb) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 	} {
@@ -156,6 +166,8 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, fmt.Errorf("sqlite: prepare: %w", translate(err))
 	}
 	go db.writer()
+	db.bg.Add(1)
+	go db.filterBuilder() // dedupfilter.go
 	return db, nil
 }
 
@@ -501,23 +513,24 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 		if err != nil {
 			return translate(err)
 		}
-		st := tx.StmtContext(ctx, db.insFile)
-		for i, h := range b.FileHashes {
-			if _, err := st.ExecContext(ctx, h[:], b.Records[i]); err != nil {
-				return translate(err)
-			}
+		err = insertRows(ctx, tx, db.insFiles, db.insFile, len(b.FileHashes), func(i int, args []any) []any {
+			return append(args, b.FileHashes[i][:], b.Records[i])
+		})
+		if err != nil {
+			return err
 		}
-		st = tx.StmtContext(ctx, db.insVis)
-		for _, h := range b.FileHashes {
-			if _, err := st.ExecContext(ctx, b.Scope, h[:]); err != nil {
-				return translate(err)
-			}
+		err = insertRows(ctx, tx, db.insVises, db.insVis, len(b.FileHashes), func(i int, args []any) []any {
+			return append(args, b.Scope, b.FileHashes[i][:])
+		})
+		if err != nil {
+			return err
 		}
-		st = tx.StmtContext(ctx, db.insDedup)
-		for _, c := range b.Dedup {
-			if _, err := st.ExecContext(ctx, c[:], b.Shard[:]); err != nil {
-				return translate(err)
-			}
+		db.filter.add(b.Dedup) // before the commit that makes them visible (dedupfilter.go)
+		err = insertRows(ctx, tx, db.insDedups, db.insDedup, len(b.Dedup), func(i int, args []any) []any {
+			return append(args, b.Dedup[i][:], b.Shard[:])
+		})
+		if err != nil {
+			return err
 		}
 		inserted = n == 1
 		return nil
@@ -526,6 +539,44 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 		return false, fmt.Errorf("register shard %s: %w", r.Shard, err)
 	}
 	return inserted, nil
+}
+
+// rowsPerInsert is how many rows the multi-row inserts of RegisterShard write per statement
+// (SQLite allows 32,766 parameters).
+const rowsPerInsert = 64
+
+// rowsOf returns the VALUES list of rowsPerInsert rows of cols parameters each.
+func rowsOf(cols int) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(row+", ", rowsPerInsert), ", ")
+}
+
+// insertRows inserts n rows inside tx: rowsPerInsert at a time through many (a statement of
+// that many rows), the rest one by one through one. args appends row i's parameters.
+func insertRows(ctx context.Context, tx *sql.Tx, many, one *sql.Stmt, n int, args func(i int, args []any) []any) error {
+	buf := make([]any, 0, 2*rowsPerInsert)
+	i := 0
+	if n >= rowsPerInsert {
+		st := tx.StmtContext(ctx, many)
+		for ; i+rowsPerInsert <= n; i += rowsPerInsert {
+			buf = buf[:0]
+			for j := i; j < i+rowsPerInsert; j++ {
+				buf = args(j, buf)
+			}
+			if _, err := st.ExecContext(ctx, buf...); err != nil {
+				return translate(err)
+			}
+		}
+	}
+	if i < n {
+		st := tx.StmtContext(ctx, one)
+		for ; i < n; i++ {
+			if _, err := st.ExecContext(ctx, args(i, buf[:0])...); err != nil {
+				return translate(err)
+			}
+		}
+	}
+	return nil
 }
 
 // RecordPossession implements index.Index.
@@ -633,6 +684,9 @@ func (db *DB) ShardBody(ctx context.Context, h hash.Hash) ([]byte, error) {
 func (db *DB) DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error) {
 	if err := db.read(); err != nil {
 		return nil, err
+	}
+	if db.dedupAbsent(&chunk) {
+		return nil, dedupMiss(chunk)
 	}
 	var xs []byte
 	err := db.selDedup.QueryRowContext(ctx, chunk[:]).Scan(&xs)
@@ -755,6 +809,7 @@ func (db *DB) Close() error {
 		close(db.closing)
 		db.mu.Unlock()
 		<-db.done
+		db.bg.Wait()
 		db.closeErr = errors.Join(db.r.Close(), db.w.Close())
 	})
 	return db.closeErr

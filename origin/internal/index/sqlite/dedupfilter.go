@@ -1,0 +1,234 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+)
+
+// The dedup filter (docs/decisions.md, "2026-12-02: the dedup filter"): a Bloom filter over
+// the chunk column of the dedup table, so that the global-dedup query — one per uploaded file
+// with hf_xet, nearly all of them misses on a small-file upload — answers a chunk the table
+// cannot hold without a read (issue 13, perf/BENCHMARKS.md "small-file uploads").
+//
+// A "no" must be right whenever the table holds the chunk; a "maybe" is checked against the
+// table as before. So every chunk is added before the transaction that inserts it commits
+// (RegisterShard adds inside the writer's transaction), and a rebuild scans a snapshot taken
+// after every transaction that added to the old filter only has committed (build). Rows the
+// collector deletes stay in the filter until the next rebuild: "maybe", then a read. Should a
+// chunk ever be missing (no path inserts dedup rows without adding them), the cost would be a
+// missed dedup — the client uploads bytes the origin already has — never a wrong answer.
+//
+// The filter is built on the first global-dedup query (commands that open the index and
+// never answer one do not scan the table), in the background: until it is ready every query
+// reads the table. It is sized for 1.5 times the rows it was built from and rebuilt when more
+// chunks were added than that. 16 bits and 8 probes per chunk it is sized for: about 1 false
+// "maybe" in 1,700 when full, fewer before; 3 bytes per dedup entry after a build (30 MB at
+// 10^7 entries).
+type dedupFilter struct {
+	seed [2]uint64 // per process, so that probe positions cannot be chosen from outside
+
+	start sync.Once
+	kick  chan struct{} // a rebuild is wanted (buffered 1)
+
+	mu      sync.Mutex            // orders adds against a rebuild's switch to a new filter
+	cur     atomic.Pointer[bloom] // nil until the first build completes: every query reads
+	pending *bloom                // being built: adds go to it too
+}
+
+const (
+	bloomBitsPerChunk = 16
+	bloomProbes       = 8
+)
+
+// bloomMinChunks is the least a filter is sized for (128 KiB of bits); a variable for tests.
+var bloomMinChunks int64 = 1 << 16
+
+// bloom is a fixed-size Bloom filter of chunk hashes; safe for concurrent adds and tests.
+type bloom struct {
+	words []atomic.Uint64
+	nbits uint64       // len(words) * 64
+	cap   int64        // chunks it is sized for
+	n     atomic.Int64 // chunks added
+}
+
+func newBloom(chunks int64) *bloom {
+	chunks = max(chunks, bloomMinChunks)
+	words := (chunks*bloomBitsPerChunk + 63) / 64
+	return &bloom{words: make([]atomic.Uint64, words), nbits: uint64(words) * 64, cap: chunks}
+}
+
+// bit maps a probe onto the filter's bits (the high half of a 128-bit product: uniform
+// without a power-of-two size).
+func (b *bloom) bit(h uint64) uint64 {
+	hi, _ := bits.Mul64(h, b.nbits)
+	return hi
+}
+
+// probes returns the double-hashing start and step of c (chunk hashes are uniform, so their
+// own bits serve, mixed with the seed).
+func (f *dedupFilter) probes(c *hash.Hash) (h1, h2 uint64) {
+	return binary.LittleEndian.Uint64(c[0:8]) ^ f.seed[0], (binary.LittleEndian.Uint64(c[8:16]) ^ f.seed[1]) | 1
+}
+
+func (b *bloom) add(h1, h2 uint64) {
+	for i := uint64(0); i < bloomProbes; i++ {
+		p := b.bit(h1 + i*h2)
+		b.words[p>>6].Or(1 << (p & 63))
+	}
+	b.n.Add(1)
+}
+
+func (b *bloom) has(h1, h2 uint64) bool {
+	for i := uint64(0); i < bloomProbes; i++ {
+		p := b.bit(h1 + i*h2)
+		if b.words[p>>6].Load()&(1<<(p&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func newDedupFilter() *dedupFilter {
+	f := &dedupFilter{kick: make(chan struct{}, 1)}
+	var s [16]byte
+	_, _ = rand.Read(s[:]) // never fails (crypto/rand)
+	f.seed = [2]uint64{binary.LittleEndian.Uint64(s[:8]), binary.LittleEndian.Uint64(s[8:])}
+	return f
+}
+
+// dedupAbsent reports whether the dedup table certainly does not hold c. Its first call asks
+// for the first build.
+func (db *DB) dedupAbsent(c *hash.Hash) bool {
+	f := db.filter
+	f.start.Do(func() { f.kick <- struct{}{} }) // the builder runs from Open
+	b := f.cur.Load()
+	if b == nil {
+		return false
+	}
+	return !b.has(f.probes(c))
+}
+
+// add records chunks about to be inserted into the dedup table. It runs inside the writer's
+// transaction, before the commit.
+func (f *dedupFilter) add(chunks []hash.Hash) {
+	if len(chunks) == 0 {
+		return
+	}
+	f.mu.Lock()
+	cur, pending := f.cur.Load(), f.pending
+	for i := range chunks {
+		h1, h2 := f.probes(&chunks[i])
+		if cur != nil {
+			cur.add(h1, h2)
+		}
+		if pending != nil {
+			pending.add(h1, h2)
+		}
+	}
+	full := cur != nil && pending == nil && cur.n.Load() > cur.cap
+	f.mu.Unlock()
+	if full {
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// filterBuilder (started by Open, waited for by Close) builds the filter when kicked, until
+// the database closes. A build that fails
+// leaves the filter as it was (no filter: every query reads); the next growth or a restart
+// tries again.
+func (db *DB) filterBuilder() {
+	defer db.bg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-db.closing
+		cancel()
+	}()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-db.filter.kick:
+		}
+		if err := db.buildFilter(ctx); err != nil {
+			db.filter.mu.Lock()
+			db.filter.pending = nil
+			db.filter.mu.Unlock()
+		}
+	}
+}
+
+// buildFilter builds a filter from the dedup table and switches to it.
+func (db *DB) buildFilter(ctx context.Context) error {
+	f := db.filter
+	var rows int64
+	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM dedup`).Scan(&rows); err != nil {
+		return fmt.Errorf("dedup filter: count: %w", translate(err))
+	}
+	if cur := f.cur.Load(); cur != nil {
+		rows = max(rows, cur.n.Load())
+	}
+	nb := newBloom(rows + rows/2)
+	f.mu.Lock()
+	f.pending = nb
+	f.mu.Unlock()
+	// Every transaction that added to the old filter alone has committed once this empty
+	// write, queued after, has: the scan below sees all their rows.
+	if err := db.write(ctx, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+		return fmt.Errorf("dedup filter: %w", err)
+	}
+	rs, err := db.r.QueryContext(ctx, `SELECT chunk FROM dedup`)
+	if err != nil {
+		return fmt.Errorf("dedup filter: scan: %w", translate(err))
+	}
+	defer rs.Close()
+	var c hash.Hash
+	for rs.Next() {
+		var b sql.RawBytes
+		if err := rs.Scan(&b); err != nil {
+			return fmt.Errorf("dedup filter: scan: %w", translate(err))
+		}
+		if len(b) != len(c) {
+			continue // not a chunk hash; no query can match it
+		}
+		copy(c[:], b)
+		nb.add(f.probes(&c))
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("dedup filter: scan: %w", translate(err))
+	}
+	f.mu.Lock()
+	f.cur.Store(nb)
+	f.pending = nil
+	full := nb.n.Load() > nb.cap // outgrown while it was built
+	f.mu.Unlock()
+	if full {
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// dedupMiss is the answer to a chunk the filter rules out: index.ErrNotFound, like a read that
+// found no row, formatted only when someone asks.
+type dedupMiss hash.Hash
+
+func (e dedupMiss) Error() string {
+	return fmt.Sprintf("dedup %s: %v", hash.Hash(e), index.ErrNotFound)
+}
+
+func (dedupMiss) Unwrap() error { return index.ErrNotFound }
