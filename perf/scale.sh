@@ -52,19 +52,7 @@ for port in $(seq "$P" $((P + 10))); do
 done
 
 # PostgreSQL binaries and the system user it runs as (it refuses root), as scripts/services.sh.
-PGBIN=
-for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV) "$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")"; do
-	if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then PGBIN=$d; break; fi
-done
-[ -n "$PGBIN" ] || die "no PostgreSQL server binaries (initdb, pg_ctl) found"
-PGUSER_SYS=$(id -un)
-if [ "$(id -u)" = 0 ]; then
-	if id postgres >/dev/null 2>&1; then PGUSER_SYS=postgres; elif id xetcdn-pg >/dev/null 2>&1; then PGUSER_SYS=xetcdn-pg; else
-		useradd --system --no-create-home --shell /usr/sbin/nologin xetcdn-pg
-		PGUSER_SYS=xetcdn-pg
-	fi
-fi
-as_pg() { if [ "$PGUSER_SYS" = "$(id -un)" ]; then "$@"; else runuser -u "$PGUSER_SYS" -- "$@"; fi; }
+. "$ROOT/perf/pg.sh"
 
 made_work=
 if [ -z "${WORK:-}" ]; then

@@ -22,19 +22,7 @@ die() { echo "shardreg.sh: $*" >&2; exit 1; }
 for v in ROUNDS N CONCURRENCY P; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive integer"; done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
-PGBIN=
-for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV) "$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")"; do
-	if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then PGBIN=$d; break; fi
-done
-[ -n "$PGBIN" ] || die "no PostgreSQL server binaries (initdb, pg_ctl) found"
-PGUSER_SYS=$(id -un)
-if [ "$(id -u)" = 0 ]; then
-	if id postgres >/dev/null 2>&1; then PGUSER_SYS=postgres; elif id xetcdn-pg >/dev/null 2>&1; then PGUSER_SYS=xetcdn-pg; else
-		useradd --system --no-create-home --shell /usr/sbin/nologin xetcdn-pg
-		PGUSER_SYS=xetcdn-pg
-	fi
-fi
-as_pg() { if [ "$PGUSER_SYS" = "$(id -un)" ]; then "$@"; else runuser -u "$PGUSER_SYS" -- "$@"; fi; }
+. "$ROOT/perf/pg.sh"
 for port in $P $((P + 1)) $((P + 2)); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port is in use: set PORT_BASE to three free ports"; fi
 done

@@ -4,11 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"io/fs"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -140,34 +136,12 @@ func MigrateTo(ctx context.Context, dsn string, v int) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	slices.Sort(names)
-	if _, err := conn.Exec(ctx, `CREATE TABLE schema_version (version integer PRIMARY KEY)`); err != nil {
-		return err
-	}
-	for _, name := range names {
-		n, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, "migrations/"), "_", 2)[0])
-		if err != nil {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE schema_version (version integer PRIMARY KEY)`); err != nil {
 			return err
 		}
-		if n > v {
-			break
-		}
-		body, err := migrations.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		if _, err := conn.Exec(ctx, string(body)); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if _, err := conn.Exec(ctx, `INSERT INTO schema_version(version) VALUES ($1)`, n); err != nil {
-			return err
-		}
-	}
-	return nil
+		return applyMigrations(ctx, tx, 0, v)
+	})
 }
 
 // RegisterHOT commits rs as one batch in a transaction of its own (qRegister, as a registrar

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -152,12 +153,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 // migrate applies the embedded migrations newer than schema_version, all in one transaction
 // under an advisory lock, so that replicas starting together apply each migration once.
 func (db *DB) migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
-	}
-	slices.Sort(names)
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockMigrate); err != nil {
 			return err
 		}
@@ -168,30 +164,41 @@ func (db *DB) migrate(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&have); err != nil {
 			return err
 		}
-		for _, name := range names {
-			base := strings.TrimPrefix(name, "migrations/")
-			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-			if err != nil {
-				return fmt.Errorf("migration %s has no version prefix", base)
-			}
-			if v <= have {
-				continue
-			}
-			body, err := migrations.ReadFile(name)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
-				return fmt.Errorf("%s: %w", base, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_version(version) VALUES ($1)`, v); err != nil {
-				return fmt.Errorf("%s: %w", base, err)
-			}
-		}
-		return nil
+		return applyMigrations(ctx, tx, have, math.MaxInt)
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", translate(err))
+	}
+	return nil
+}
+
+// applyMigrations runs, in tx and in order, the embedded migrations with a version above have
+// and at most upTo, recording each in schema_version.
+func applyMigrations(ctx context.Context, tx pgx.Tx, have, upTo int) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s has no version prefix", base)
+		}
+		if v <= have || v > upTo {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, string(body)); err != nil {
+			return fmt.Errorf("%s: %w", base, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_version(version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("%s: %w", base, err)
+		}
 	}
 	return nil
 }
