@@ -118,7 +118,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	}
 	meta, err := metacache.New(metacache.Options{Origin: client, MaxBytes: cfg.Cache.MetaBytes,
 		ExpectedEntries: cfg.Cache.MetaEntries, VisibilityTTL: cfg.Cache.VisibilityTTL.D(),
-		FillTimeout: cfg.Limits.FillTimeout.D(), Registerer: reg})
+		RefreshAhead: cfg.RefreshAhead(),
+		FillTimeout:  cfg.Limits.FillTimeout.D(), Registerer: reg})
 	if err != nil {
 		lns.Close()
 		return nil, err
