@@ -98,7 +98,7 @@ type probe struct {
 	rec     *recon.FileRecord
 	checks  atomic.Int64
 	visible atomic.Pointer[error]
-	hold    chan struct{}
+	hold    atomic.Pointer[chan struct{}]
 }
 
 func (p *probe) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
@@ -107,8 +107,8 @@ func (p *probe) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 
 func (p *probe) Visible(ctx context.Context, h hash.Hash, scope string) error {
 	p.checks.Add(1)
-	if p.hold != nil {
-		<-p.hold
+	if h := p.hold.Load(); h != nil {
+		<-*h
 	}
 	if e := p.visible.Load(); e != nil {
 		return *e
@@ -240,12 +240,13 @@ func TestRefreshAheadRespectsRevoke(t *testing.T) {
 
 		use() // fill at 26 s (check 2)
 		use()
-		p.hold = make(chan struct{})
+		hold := make(chan struct{})
+		p.hold.Store(&hold)
 		time.Sleep(25*time.Second + time.Millisecond) // the re-check is in the backend
 		synctest.Wait()
 		c.Revoke("s", nil)
 		select {
-		case p.hold <- struct{}{}:
+		case hold <- struct{}{}:
 		case <-time.After(time.Minute):
 			t.Fatal("no re-check ahead was in the backend")
 		}
