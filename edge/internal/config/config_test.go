@@ -152,3 +152,21 @@ func TestVisibilityRefreshAhead(t *testing.T) {
 		t.Errorf("refresh-ahead of the whole TTL: %v, want refused", err)
 	}
 }
+
+// TestGCPercent: 0 is the edge's default, -1 leaves the runtime's own, below -1 is refused.
+func TestGCPercent(t *testing.T) {
+	base := []string{"--origin", "http://o:8080", "--origin-token", "tok", "--data-dir", "/d"}
+	load := func(js string) (*Config, error) {
+		file := filepath.Join(t.TempDir(), "c.json")
+		os.WriteFile(file, []byte(js), 0o644)
+		return Load(append(base, "--config", file), func(string) string { return "" })
+	}
+	for js, want := range map[string]int{`{}`: DefaultGCPercent, `{"limits": {"gc_percent": -1}}`: 0, `{"limits": {"gc_percent": 150}}`: 150} {
+		if c, err := load(js); err != nil || c.GCPercent() != want {
+			t.Errorf("%s: %v, want %d", js, err, want)
+		}
+	}
+	if _, err := load(`{"limits": {"gc_percent": -2}}`); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "gc_percent") {
+		t.Errorf("gc_percent -2: %v, want refused", err)
+	}
+}
