@@ -76,6 +76,10 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		debug.SetMemoryLimit(limit) // docs/edge.md "Memory"
 		log.Info("memory limit set", "bytes", limit)
 	}
+	if p := cfg.GCPercent(); p > 0 {
+		debug.SetGCPercent(p) // docs/edge.md "Memory"
+		log.Info("collector target set", "gc_percent", p)
+	}
 	origins, err := originapi.ParseOrigins(cfg.Origin) // checked by config.Validate
 	if err != nil {
 		return nil, err
@@ -118,7 +122,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	}
 	meta, err := metacache.New(metacache.Options{Origin: client, MaxBytes: cfg.Cache.MetaBytes,
 		ExpectedEntries: cfg.Cache.MetaEntries, VisibilityTTL: cfg.Cache.VisibilityTTL.D(),
-		FillTimeout: cfg.Limits.FillTimeout.D(), Registerer: reg})
+		RefreshAhead: cfg.RefreshAhead(),
+		FillTimeout:  cfg.Limits.FillTimeout.D(), Registerer: reg})
 	if err != nil {
 		lns.Close()
 		return nil, err

@@ -14,7 +14,8 @@
 #      the origin;
 #   3. shard registration (ingestbench -mode shards, hf_xet-like 4-file shards, durable Postgres);
 #   4. database size per table and index, the servers' cache metrics and resident memory.
-# Results (text, JSON, logs, run.txt with `uptime` before every step) go to OUT
+# Results (text, JSON, logs, run.txt with `uptime` before every step, the origin's metrics
+# around every reconload step and the edge's around the edge steps) go to OUT
 # (perf/results/<UTC time>-scale). A watchdog stops the run if the file system of WORK falls
 # under MIN_FREE_GB free. On success, failure or Ctrl-C everything it started is stopped and WORK
 # (the database included) is removed; KEEP=1 keeps WORK and a later run with the same WORK reuses
@@ -234,10 +235,12 @@ recon() {
 	log "$name: $RATE recon/s for $DURATION s"
 	local rc=0
 	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-before.txt" || true
+	[ "$where" = edge ] && { curl -sf --max-time 10 "http://${EADM[$db]}/metrics" >"$OUT/$name.edge-metrics-before.txt" || true; }
 	"$B/reconload" -url "http://$url" -sample "$WORK/sample-$db.jsonl" -token-cmd "$(tokcmd "$db")" -rate "$RATE" \
 		-duration "${DURATION}s" -zipf "$ZIPF" -range-share "$RANGE_SHARE" -pid "$where=$pid" -pid "origin=${OPID[$db]}" \
 		-progress 10s -out "$OUT/$name.json" >"$OUT/$name.txt" || rc=$?
 	curl -sf --max-time 10 "http://${OADM[$db]}/metrics" >"$OUT/$name.origin-metrics-after.txt" || true
+	[ "$where" = edge ] && { curl -sf --max-time 10 "http://${EADM[$db]}/metrics" >"$OUT/$name.edge-metrics-after.txt" || true; }
 	cat "$OUT/$name.txt"
 	[ $rc -eq 0 ] || [ $rc -eq 3 ] || die "reconload failed (exit $rc)"
 }

@@ -114,8 +114,21 @@ func (e Encoder) write(w io.Writer, a *Answer, s Signer, v2 bool) error {
 	return j.writeSerial(w)
 }
 
+// serialBufs recycles writeSerial's buffers: without it every answer not written from a cache
+// (a ranged answer, an origin answer) allocated 68 KiB however small it was, most of the
+// garbage of a reconstruction at 1,000 answers/s. io.Writer must not retain what it is given,
+// so a buffer is free again once writeSerial returns.
+var serialBufs = sync.Pool{New: func() any { b := make([]byte, 0, flushAt+4096); return &b }}
+
 func (j *job) writeSerial(w io.Writer) error {
-	buf := make([]byte, 0, flushAt+4096)
+	bp := serialBufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	defer func() {
+		if cap(buf) <= 2*(flushAt+4096) { // a buffer grown by a large last piece is dropped
+			*bp = buf[:0]
+			serialBufs.Put(bp)
+		}
+	}()
 	var err error
 	flush := func() {
 		if err == nil && len(buf) > 0 {

@@ -77,6 +77,11 @@ type Cache struct {
 	DataDir       string   `json:"data_dir"`       // default DataDir/xorbs
 	DataBytes     int64    `json:"data_bytes"`     // on-disk xorb bytes
 	VisibilityTTL Duration `json:"visibility_ttl"` // how long a (file, scope) check is trusted
+	// VisibilityRefreshAhead: a (file, scope) answer that a request used is re-checked with
+	// the origin in the background this long before it expires, so requests of files asked
+	// at least once per VisibilityTTL never wait for the re-check. 0 = a sixth of
+	// VisibilityTTL (5 s of 30 s), negative = off; else it must be below VisibilityTTL.
+	VisibilityRefreshAhead Duration `json:"visibility_refresh_ahead"`
 	// PlanBytes and AnswerBytes size the answer cache, one LRU of per-file whole-file plans
 	// and encoded answers: its budget is their sum. PlanBytes < 0 keeps no plans, AnswerBytes
 	// < 0 no encoded answers; a negative one adds nothing to the sum.
@@ -124,12 +129,48 @@ type Limits struct {
 	// collector works harder, and returns memory to the system sooner, as the heap nears it.
 	// 0 = MemoryBudget() (the caches' budgets plus the working set); negative = no limit.
 	MemoryLimit int64 `json:"memory_limit"`
+	// GCPercent is the Go collector's heap growth target (debug.SetGCPercent, GOGC): 0 =
+	// DefaultGCPercent, -1 = the runtime's own (the GOGC environment variable, else 100).
+	GCPercent int `json:"gc_percent"`
 	// Batch reconstructions answered by the edge (GET|POST /v1/reconstructions): at most
 	// BatchFiles file ids, BatchTerms terms summed over the distinct files, POST bodies of at
 	// most BatchBody bytes; more is 413. The same keys and defaults as the origin's.
 	BatchFiles int   `json:"batch_files"`
 	BatchTerms int   `json:"batch_terms"`
 	BatchBody  int64 `json:"batch_body"`
+}
+
+// RefreshAhead is how long before a used visibility answer expires the edge re-checks it in
+// the background (cache.visibility_refresh_ahead): 0 means a sixth of the TTL, so a file asked
+// all the time is re-checked every 25 s instead of 30 s by default, with 5 s for the origin to
+// answer; negative means off (0).
+func (c *Config) RefreshAhead() time.Duration {
+	switch ra := c.Cache.VisibilityRefreshAhead.D(); {
+	case ra < 0:
+		return 0
+	case ra == 0:
+		return c.Cache.VisibilityTTL.D() / 6
+	default:
+		return ra
+	}
+}
+
+// DefaultGCPercent is limits.gc_percent when 0. The edge's live heap is mostly its caches, far
+// below the memory limit, and at the Go default (100) a warm edge answering 1,000
+// reconstructions/s collected every 2-3 s, marking the whole cache each time; 400 collects about
+// a quarter as often while the memory limit still caps the heap (docs/edge.md "Memory").
+const DefaultGCPercent = 400
+
+// GCPercent is the collector setting to apply: 0 means leave the runtime's own.
+func (c *Config) GCPercent() int {
+	switch p := c.Limits.GCPercent; {
+	case p < 0:
+		return 0
+	case p == 0:
+		return DefaultGCPercent
+	default:
+		return p
+	}
 }
 
 // WorkingSetBytes is the memory an edge needs besides its caches' budgets and fill buffers
@@ -333,6 +374,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Auth.Leeway < 0 {
 		bad("auth.leeway must not be negative")
+	}
+	if c.Cache.VisibilityRefreshAhead > 0 && c.Cache.VisibilityRefreshAhead >= c.Cache.VisibilityTTL {
+		bad("cache.visibility_refresh_ahead %v must be below cache.visibility_ttl %v (0: a sixth of it, negative: off)",
+			c.Cache.VisibilityRefreshAhead.D(), c.Cache.VisibilityTTL.D())
+	}
+	if c.Limits.GCPercent < -1 {
+		bad("limits.gc_percent %d: want a positive percentage, 0 (the default, %d) or -1 (the runtime's own)", c.Limits.GCPercent, DefaultGCPercent)
 	}
 	if c.Limits.ReconParallelAt < 1 {
 		bad("limits.recon_parallel_at must be at least 1")

@@ -123,3 +123,50 @@ func TestRegionAndOrigins(t *testing.T) {
 		t.Errorf("bad second origin not named: %v", err)
 	}
 }
+
+// TestVisibilityRefreshAhead: the default is a sixth of the TTL (also for a short TTL, which
+// stays valid), negative turns it off, and a value not below the TTL is refused.
+func TestVisibilityRefreshAhead(t *testing.T) {
+	base := []string{"--origin", "http://o:8080", "--origin-token", "tok", "--data-dir", "/d"}
+	load := func(js string) (*Config, error) {
+		file := filepath.Join(t.TempDir(), "c.json")
+		os.WriteFile(file, []byte(js), 0o644)
+		return Load(append(base, "--config", file), func(string) string { return "" })
+	}
+	for js, want := range map[string]time.Duration{
+		`{}`:                                  5 * time.Second,
+		`{"cache": {"visibility_ttl": "3s"}}`: 500 * time.Millisecond,
+		`{"cache": {"visibility_refresh_ahead": "-1s"}}`:                        0,
+		`{"cache": {"visibility_refresh_ahead": "12s"}}`:                        12 * time.Second,
+		`{"cache": {"visibility_ttl": "1m", "visibility_refresh_ahead": "0s"}}`: 10 * time.Second,
+	} {
+		c, err := load(js)
+		if err != nil {
+			t.Errorf("%s: %v", js, err)
+		} else if c.RefreshAhead() != want {
+			t.Errorf("%s: refresh-ahead %v, want %v", js, c.RefreshAhead(), want)
+		}
+	}
+	if _, err := load(`{"cache": {"visibility_refresh_ahead": "30s"}}`); !errors.Is(err, ErrInvalid) ||
+		!strings.Contains(err.Error(), "visibility_refresh_ahead") {
+		t.Errorf("refresh-ahead of the whole TTL: %v, want refused", err)
+	}
+}
+
+// TestGCPercent: 0 is the edge's default, -1 leaves the runtime's own, below -1 is refused.
+func TestGCPercent(t *testing.T) {
+	base := []string{"--origin", "http://o:8080", "--origin-token", "tok", "--data-dir", "/d"}
+	load := func(js string) (*Config, error) {
+		file := filepath.Join(t.TempDir(), "c.json")
+		os.WriteFile(file, []byte(js), 0o644)
+		return Load(append(base, "--config", file), func(string) string { return "" })
+	}
+	for js, want := range map[string]int{`{}`: DefaultGCPercent, `{"limits": {"gc_percent": -1}}`: 0, `{"limits": {"gc_percent": 150}}`: 150} {
+		if c, err := load(js); err != nil || c.GCPercent() != want {
+			t.Errorf("%s: %v, want %d", js, err, want)
+		}
+	}
+	if _, err := load(`{"limits": {"gc_percent": -2}}`); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "gc_percent") {
+		t.Errorf("gc_percent -2: %v, want refused", err)
+	}
+}

@@ -16,7 +16,9 @@
 // bytes). Visibility is the one mutable fact: a (file, scope) answer is trusted for
 // VisibilityTTL, and Revoke (fed by the origin's event stream) forgets it at once. A miss costs
 // one origin round trip per file; a record already cached whose visibility expired is
-// re-checked with a body-less request.
+// re-checked with a body-less request. With RefreshAhead, an answer a lookup used is re-checked
+// in the background RefreshAhead before it expires (filecache, "Refresh-ahead"), so files asked
+// at least once per VisibilityTTL never wait for that round trip.
 package metacache
 
 import (
@@ -31,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/xetcdn/xetcdn/edge/internal/originapi"
 	"github.com/xetcdn/xetcdn/shared/readpath/filecache"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -59,6 +62,13 @@ type Options struct {
 	VisibilityTTL time.Duration
 	// MaxVisibility bounds the remembered (file, scope) answers; 1,000,000 when zero.
 	MaxVisibility int
+	// RefreshAhead, when positive, re-checks a positive answer that a lookup used in the
+	// background this long before it expires (at most MaxRefreshes at once, 16 when zero); a
+	// re-check that finds the file not visible (NotVisible; nil: errors wrapping
+	// originapi.ErrNotFound) forgets the answer at once. Zero or negative: off.
+	RefreshAhead time.Duration
+	MaxRefreshes int
+	NotVisible   func(error) bool
 	// FillTimeout bounds one fill, which may serve several callers; 30 s when zero.
 	FillTimeout time.Duration
 	Registerer  prometheus.Registerer
@@ -100,6 +110,9 @@ func New(o Options) (*Cache, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.NotVisible == nil {
+		o.NotVisible = func(err error) bool { return errors.Is(err, originapi.ErrNotFound) }
+	}
 	rc, err := ristretto.NewCache(&ristretto.Config[string, any]{
 		NumCounters:        10 * o.ExpectedEntries,
 		MaxCost:            o.MaxBytes,
@@ -122,12 +135,14 @@ func New(o Options) (*Cache, error) {
 	c.m = newMetrics(o.Registerer, rc, &c.resets)
 	c.files, err = filecache.New(filecache.Options{Backend: o.Origin, Records: records{c},
 		VisibilityTTL: o.VisibilityTTL, MaxVisibility: o.MaxVisibility, FillTimeout: o.FillTimeout, Now: o.Now,
+		RefreshAhead: max(o.RefreshAhead, 0), MaxRefreshes: o.MaxRefreshes, NotVisible: o.NotVisible,
 		Counters: filecache.Counters{
 			Hit:       func(kind string) { c.m.hits.WithLabelValues(kind).Inc() },
 			Miss:      func(kind string) { c.m.misses.WithLabelValues(kind).Inc() },
 			Fill:      c.m.fills.Inc,
 			Collapsed: c.m.collapsed.Inc,
 			Reset:     func() { c.resets.Add(1) },
+			Refresh:   func(result string) { c.m.refreshes.WithLabelValues(result).Inc() },
 		}})
 	if err != nil {
 		rc.Close()
@@ -144,8 +159,12 @@ func (r records) Set(rec *recon.FileRecord) {
 	r.c.set(fileKey(rec.Hash), rec, filecache.RecordCost(rec))
 }
 
-// Close releases ristretto's goroutines. No call may be running or follow.
-func (c *Cache) Close() { c.rc.Close() }
+// Close releases ristretto's goroutines and stops visibility re-checks from starting. No call
+// may be running or follow.
+func (c *Cache) Close() {
+	c.files.Close()
+	c.rc.Close()
+}
 
 // Wait blocks until every Set so far is applied (for tests that need determinism).
 func (c *Cache) Wait() { c.rc.Wait() }
@@ -264,6 +283,7 @@ type metrics struct {
 	fills        prometheus.Counter
 	collapsed    prometheus.Counter
 	revocations  prometheus.Counter
+	refreshes    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], resets *atomic.Int64) *metrics {
@@ -278,11 +298,13 @@ func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], res
 			Help: "Lookups that shared another lookup's fill."}),
 		revocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_revocations_total",
 			Help: "Visibility revocations applied from the origin's event stream."}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_visibility_refreshes_total",
+			Help: "Refresh-ahead visibility re-checks, by result (started, skipped, renewed, hidden, failed, stale)."}, []string{"result"}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.hits, m.misses, m.fills, m.collapsed, m.revocations,
+	reg.MustRegister(m.hits, m.misses, m.fills, m.collapsed, m.revocations, m.refreshes,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_dropped_sets_total",
 			Help: "Cache sets ristretto dropped (full set buffer) and did not apply."},
 			func() float64 { return float64(rc.Metrics.SetsDropped()) }),

@@ -289,3 +289,54 @@ func TestLayouts(t *testing.T) {
 		t.Errorf("unknown xorb: %v", err)
 	}
 }
+
+// TestRefreshAheadStopsServingAHiddenFile: with refresh-ahead on, a file hidden on the origin
+// with no revocation event reaching the edge is still served only until its answer's
+// re-check (5 s before the 30 s TTL here), never past the TTL; while it was visible, requests
+// after the first TTL were answered without an origin call on their path.
+func TestRefreshAheadStopsServingAHiddenFile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, fh := newFake()
+		c, err := New(Options{Origin: f, MaxBytes: 1 << 20, ExpectedEntries: 100, VisibilityTTL: 30 * time.Second,
+			RefreshAhead: 5 * time.Second, NotVisible: func(err error) bool { return errors.Is(err, errNotFound) },
+			Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		get := func() error { _, err := c.File(ctx, fh, "a"); return err }
+		for i := range 40 { // a request a second for 40 s
+			if err := get(); err != nil {
+				t.Fatalf("request at %d s: %v", i, err)
+			}
+			c.Wait()
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		// One record fetch at 0 s, re-checks ahead at 25 s (background), none on a request's path.
+		if f.files.Load() != 1 || f.checks.Load() != 1 {
+			t.Fatalf("40 s of requests: %d record fetches, %d checks; want 1 and 1 (the re-check at 25 s)", f.files.Load(), f.checks.Load())
+		}
+		f.mu.Lock()
+		delete(f.visible, "a"+fh.String()) // hidden at 40 s; no Revoke (the event stream is down)
+		f.mu.Unlock()
+		var stopped time.Duration
+		start := time.Now()
+		for range 40 {
+			if err := get(); err != nil {
+				if !errors.Is(err, errNotFound) {
+					t.Fatal(err)
+				}
+				stopped = time.Since(start)
+				break
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		// The answer renewed at 25 s lives to 55 s and is re-checked at 50 s: 10 s after the hide.
+		if stopped == 0 || stopped > 15*time.Second {
+			t.Fatalf("served %v after the hide (0: never stopped), want it stopped by the re-check at 50 s", stopped)
+		}
+	})
+}

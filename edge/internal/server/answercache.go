@@ -4,8 +4,6 @@ import (
 	"container/list"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
@@ -250,10 +248,11 @@ func planCost(a *recon.Answer) int64 {
 
 // countAnswer records a lookup result: part is "answer" (a whole-file answer) or "terms" (the terms
 // of a ranged answer).
+// It runs on every answer: WithLabelValues looks the counter up without the map With builds.
 func (m *metrics) countAnswer(part string, hit bool) {
 	result := "miss"
 	if hit {
 		result = "hit"
 	}
-	m.answerCache.With(prometheus.Labels{"part": part, "result": result}).Inc()
+	m.answerCache.WithLabelValues(part, result).Inc()
 }

@@ -16,6 +16,16 @@
 // Revoke starts a new generation: a lookup that started before it neither stores its answer nor
 // is joined by a caller that arrives after it. Negative answers are never cached, so a new
 // registration is visible at once.
+//
+// Refresh-ahead (Options.RefreshAhead): the first lookup answered from a fresh answer during its
+// life schedules one background re-check of (h, scope) for RefreshAhead before the answer
+// expires (at once when less is left). A positive re-check renews the answer, trusted
+// VisibilityTTL from when the re-check was sent, and the renewed answer is re-checked again only
+// if a lookup uses it; a not-visible one (Options.NotVisible) forgets it at once; any other
+// failure, or a Revoke since it was scheduled, leaves the answer to expire (or be forgotten) as
+// without refresh-ahead. So a file asked at least once per VisibilityTTL never waits for a
+// re-check on its request path, a file nobody asks again costs no re-check, and no answer is
+// ever trusted longer than VisibilityTTL after the check that produced it.
 package filecache
 
 import (
@@ -57,6 +67,10 @@ type Counters struct {
 	Fill      func() // a fill started (once per flight)
 	Collapsed func() // a lookup shared another's fill
 	Reset     func() // the visibility table was full and forgotten
+	// Refresh counts refresh-ahead re-checks by result: "started", "skipped" (MaxRefreshes
+	// already in flight or maxScheduled waiting), "renewed", "hidden" (not visible any more:
+	// forgotten), "failed" (left to expire), "stale" (a Revoke came while it ran: not stored).
+	Refresh func(result string)
 }
 
 // Options configure a Cache. Backend, and Records or MaxBytes, are required.
@@ -75,8 +89,17 @@ type Options struct {
 	// own (the Backend bounds its calls). A fill runs under context.WithoutCancel either way:
 	// one caller leaving does not fail the others, and it still fills the cache.
 	FillTimeout time.Duration
-	Counters    Counters
-	Now         func() time.Time // nil: time.Now
+	// RefreshAhead, when positive (and below VisibilityTTL), re-checks an answer a lookup used
+	// in the background this long before it expires (package comment). At most MaxRefreshes
+	// (16 when 0) re-checks run at once, one per (file, scope); one due beyond that is not
+	// started and the answer expires as without refresh-ahead. NotVisible
+	// reports whether a Backend error means "not visible" (the answer is then forgotten at
+	// once); nil: no error does.
+	RefreshAhead time.Duration
+	MaxRefreshes int
+	NotVisible   func(error) bool
+	Counters     Counters
+	Now          func() time.Time // nil: time.Now
 }
 
 // Cache is safe for concurrent use.
@@ -86,6 +109,7 @@ type Cache struct {
 	own    *ristretto.Cache[string, *recon.FileRecord] // Records of its own (nil: given)
 	vis    *visibility
 	flight singleflight.Group
+	closed atomic.Bool // no refresh-ahead re-check starts after Close
 }
 
 // New builds a Cache.
@@ -95,6 +119,12 @@ func New(o Options) (*Cache, error) {
 	}
 	if o.VisibilityTTL <= 0 || o.MaxVisibility <= 0 {
 		return nil, fmt.Errorf("filecache: visibility TTL %v and %d entries must be positive", o.VisibilityTTL, o.MaxVisibility)
+	}
+	if o.RefreshAhead >= o.VisibilityTTL {
+		return nil, fmt.Errorf("filecache: refresh-ahead %v must be below the visibility TTL %v", o.RefreshAhead, o.VisibilityTTL)
+	}
+	if o.MaxRefreshes <= 0 {
+		o.MaxRefreshes = 16
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -155,7 +185,7 @@ func (c *Cache) count(f func(string), kind string) {
 // which probes visibility alone when the record is cached and fetches it otherwise.
 func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.FileRecord, error) {
 	now := c.o.Now()
-	if rec, ok := c.recs.Get(h); ok && c.vis.fresh(h, scope, now) {
+	if rec, ok := c.recs.Get(h); ok && c.freshOrRefresh(h, scope, now) {
 		c.count(c.o.Counters.Hit, "file")
 		return rec, nil
 	}
@@ -166,6 +196,7 @@ func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 		if cached && c.vis.fresh(h, scope, c.o.Now()) {
 			return rec, nil
 		}
+		asked := c.o.Now()
 		if cached {
 			if err := c.o.Backend.Visible(ctx, h, scope); err != nil {
 				return nil, err
@@ -177,7 +208,7 @@ func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 			}
 			c.recs.Set(rec)
 		}
-		c.vis.put(h, scope, c.o.Now().Add(c.o.VisibilityTTL), gen)
+		c.vis.put(h, scope, asked.Add(c.o.VisibilityTTL), gen)
 		return rec, nil
 	})
 	if err != nil {
@@ -190,7 +221,7 @@ func (c *Cache) File(ctx context.Context, h hash.Hash, scope string) (*recon.Fil
 // Backend's probe (one shared by concurrent callers), whose positive answer is remembered. No
 // record is read.
 func (c *Cache) Visible(ctx context.Context, h hash.Hash, scope string) error {
-	if c.vis.fresh(h, scope, c.o.Now()) {
+	if c.freshOrRefresh(h, scope, c.o.Now()) {
 		c.count(c.o.Counters.Hit, "visible")
 		return nil
 	}
@@ -200,13 +231,81 @@ func (c *Cache) Visible(ctx context.Context, h hash.Hash, scope string) error {
 		if c.vis.fresh(h, scope, c.o.Now()) {
 			return nil, nil
 		}
+		asked := c.o.Now()
 		if err := c.o.Backend.Visible(ctx, h, scope); err != nil {
 			return nil, err
 		}
-		c.vis.put(h, scope, c.o.Now().Add(c.o.VisibilityTTL), gen)
+		c.vis.put(h, scope, asked.Add(c.o.VisibilityTTL), gen)
 		return nil, nil
 	})
 	return err
+}
+
+// freshOrRefresh reports whether a positive answer for (h, scope) is fresh at now and, with
+// refresh-ahead on, schedules its re-check when this is the first lookup to use it.
+func (c *Cache) freshOrRefresh(h hash.Hash, scope string, now time.Time) bool {
+	fresh, exp, schedule := c.vis.use(h, scope, now, c.o.RefreshAhead > 0)
+	if schedule {
+		if d := exp.Add(-c.o.RefreshAhead).Sub(now); d > 0 {
+			time.AfterFunc(d, func() { c.startRefresh(h, scope, exp) })
+		} else {
+			c.startRefresh(h, scope, exp)
+		}
+	}
+	return fresh
+}
+
+// startRefresh starts the background re-check of (h, scope) scheduled for the answer expiring
+// at exp, unless that answer is gone (expired, revoked, renewed: a later lookup schedules the
+// next one), MaxRefreshes are in flight, or the cache is closed.
+func (c *Cache) startRefresh(h hash.Hash, scope string, exp time.Time) {
+	if c.closed.Load() {
+		return
+	}
+	gen, ok, skipped := c.vis.startRefresh(h, scope, exp, c.o.Now(), c.o.MaxRefreshes)
+	if skipped {
+		c.countRefresh("skipped")
+	}
+	if !ok {
+		return
+	}
+	c.countRefresh("started")
+	go c.refresh(h, scope, gen)
+}
+
+// refresh re-checks (h, scope) with the Backend, detached from any request, under FillTimeout
+// (the Backend's own bound when 0). gen was read when the key was marked in flight, with the
+// answer still there: a Revoke after that makes the re-check's answer stale, and it is not
+// stored.
+func (c *Cache) refresh(h hash.Hash, scope string, gen uint64) {
+	defer c.vis.refreshed(h, scope)
+	ctx := context.Background()
+	if c.o.FillTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.o.FillTimeout)
+		defer cancel()
+	}
+	asked := c.o.Now()
+	err := c.o.Backend.Visible(ctx, h, scope)
+	switch {
+	case err == nil:
+		if c.vis.put(h, scope, asked.Add(c.o.VisibilityTTL), gen) {
+			c.countRefresh("renewed")
+		} else {
+			c.countRefresh("stale")
+		}
+	case c.o.NotVisible != nil && c.o.NotVisible(err):
+		c.vis.forget(h, scope)
+		c.countRefresh("hidden")
+	default:
+		c.countRefresh("failed")
+	}
+}
+
+func (c *Cache) countRefresh(result string) {
+	if c.o.Counters.Refresh != nil {
+		c.o.Counters.Refresh(result)
+	}
 }
 
 // fill runs fn once for the concurrent callers of (kind, h, scope) in generation gen, under
@@ -253,8 +352,10 @@ func (c *Cache) Wait() {
 	}
 }
 
-// Close releases a store of its own. No call may be running or follow.
+// Close releases a store of its own and stops refresh-ahead re-checks from starting. No call
+// may be running or follow.
 func (c *Cache) Close() {
+	c.closed.Store(true)
 	if c.own != nil {
 		c.own.Close()
 	}
@@ -263,35 +364,115 @@ func (c *Cache) Close() {
 // visibility remembers positive (file, scope) answers until their expiry.
 type visibility struct {
 	mu     sync.Mutex
-	scopes map[string]map[hash.Hash]time.Time
+	scopes map[string]map[hash.Hash]visEntry
 	n, max int
 	gen    atomic.Uint64 // written under mu
 	reset  func()
+	// refreshing are the keys whose refresh-ahead re-check is in flight; scheduled counts the
+	// re-checks waiting for their time (at most maxScheduled).
+	refreshing map[visKey]struct{}
+	scheduled  int
+}
+
+// maxScheduled bounds the refresh-ahead re-checks waiting for their time (a timer each); a
+// used answer beyond it is not re-checked ahead, it expires as without refresh-ahead.
+const maxScheduled = 1 << 16
+
+type visEntry struct {
+	exp       time.Time
+	scheduled bool // a lookup used this answer: its re-check is scheduled
+}
+
+type visKey struct {
+	h     hash.Hash
+	scope string
 }
 
 func newVisibility(max int, reset func()) *visibility {
-	return &visibility{scopes: make(map[string]map[hash.Hash]time.Time), max: max, reset: reset}
+	return &visibility{scopes: make(map[string]map[hash.Hash]visEntry), max: max, reset: reset,
+		refreshing: make(map[visKey]struct{})}
+}
+
+// use reports whether the answer for (h, scope) is fresh at now and, when ahead is set and this
+// is the first lookup to use the answer, that its re-check is to be scheduled (for the answer
+// expiring at exp).
+func (v *visibility) use(h hash.Hash, scope string, now time.Time, ahead bool) (fresh bool, exp time.Time, schedule bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := v.scopes[scope]
+	e, ok := m[h]
+	if !ok || !now.Before(e.exp) {
+		return false, time.Time{}, false
+	}
+	if !ahead || e.scheduled || v.scheduled >= maxScheduled {
+		return true, e.exp, false
+	}
+	e.scheduled = true
+	m[h] = e
+	v.scheduled++
+	return true, e.exp, true
+}
+
+// startRefresh marks (h, scope) in flight and returns the generation to store its answer
+// under, if the answer expiring at exp is still there and fresh at now and fewer than limit
+// re-checks are in flight (skipped: there were not).
+func (v *visibility) startRefresh(h hash.Hash, scope string, exp, now time.Time, limit int) (gen uint64, ok, skipped bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.scheduled--
+	e, found := v.scopes[scope][h]
+	if !found || !e.exp.Equal(exp) || !now.Before(exp) {
+		return 0, false, false
+	}
+	k := visKey{h, scope}
+	if _, busy := v.refreshing[k]; busy {
+		return 0, false, false
+	}
+	if len(v.refreshing) >= limit {
+		return 0, false, true
+	}
+	v.refreshing[k] = struct{}{}
+	return v.gen.Load(), true, false
+}
+
+func (v *visibility) refreshed(h hash.Hash, scope string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.refreshing, visKey{h, scope})
+}
+
+// forget drops the answer for (h, scope).
+func (v *visibility) forget(h hash.Hash, scope string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := v.scopes[scope]
+	if _, ok := m[h]; ok {
+		delete(m, h)
+		v.n--
+	}
 }
 
 func (v *visibility) fresh(h hash.Hash, scope string, now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	exp, ok := v.scopes[scope][h]
-	return ok && now.Before(exp)
+	e, ok := v.scopes[scope][h]
+	return ok && now.Before(e.exp)
 }
 
 func (v *visibility) generation() uint64 { return v.gen.Load() }
 
-// put stores an answer obtained after generation gen was read, unless a revocation came since.
-func (v *visibility) put(h hash.Hash, scope string, exp time.Time, gen uint64) {
+// put stores an answer obtained after generation gen was read, unless a revocation came since
+// (then it reports false). An answer never shortens a later one already stored; a renewed
+// answer is re-checked ahead again only once a lookup uses it.
+func (v *visibility) put(h hash.Hash, scope string, exp time.Time, gen uint64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if gen != v.gen.Load() {
-		return
+		return false
 	}
 	if v.n >= v.max {
 		// Full: forget everything rather than scan; answers are cheap to re-check. Counted.
-		v.scopes = make(map[string]map[hash.Hash]time.Time)
+		v.scopes = make(map[string]map[hash.Hash]visEntry)
 		v.n = 0
 		if v.reset != nil {
 			v.reset()
@@ -299,13 +480,17 @@ func (v *visibility) put(h hash.Hash, scope string, exp time.Time, gen uint64) {
 	}
 	m := v.scopes[scope]
 	if m == nil {
-		m = make(map[hash.Hash]time.Time)
+		m = make(map[hash.Hash]visEntry)
 		v.scopes[scope] = m
 	}
-	if _, ok := m[h]; !ok {
+	old, ok := m[h]
+	if !ok {
 		v.n++
 	}
-	m[h] = exp
+	if !ok || exp.After(old.exp) {
+		m[h] = visEntry{exp: exp}
+	}
+	return true
 }
 
 func (v *visibility) revoke(scope string, files []hash.Hash) {
