@@ -162,6 +162,9 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	bg, stopBG := context.WithCancel(ctx)
 	go verifier.Run(bg)
 	go followEvents(bg, client, meta, data.evict, cfg.Limits.EventsWait.D(), log)
+	if every := cfg.Limits.IdleRelease.D(); every > 0 {
+		go runIdleRelease(bg, every, reg) // docs/edge.md "Memory"
+	}
 	registered := make(chan struct{}) // closed once the last registry report is sent
 	if cfg.Register {
 		rep := &reporter{cfg: cfg, ready: ready}

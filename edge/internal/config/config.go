@@ -132,6 +132,10 @@ type Limits struct {
 	// GCPercent is the Go collector's heap growth target (debug.SetGCPercent, GOGC): 0 =
 	// DefaultGCPercent, -1 = the runtime's own (the GOGC environment variable, else 100).
 	GCPercent int `json:"gc_percent"`
+	// IdleRelease is how often the edge checks whether it has gone quiet after allocating (a
+	// burst ended) and then collects and returns its free heap to the system at once, instead
+	// of keeping the garbage the growth target allowed until the next busy period; <= 0 = off.
+	IdleRelease Duration `json:"idle_release"`
 	// Batch reconstructions answered by the edge (GET|POST /v1/reconstructions): at most
 	// BatchFiles file ids, BatchTerms terms summed over the distinct files, POST bodies of at
 	// most BatchBody bytes; more is 413. The same keys and defaults as the origin's.
@@ -222,6 +226,7 @@ func Default() Config {
 			// quic-go caps an HTTP/3 connection's idle timeout at what the peer offers too.
 			ReadHeaderTimeout: Duration(30 * time.Second),
 			MaxStreams:        250,
+			IdleRelease:       Duration(5 * time.Second),
 			BatchFiles:        readpath.DefaultBatchFiles,
 			BatchTerms:        readpath.DefaultBatchTerms,
 			BatchBody:         readpath.DefaultBatchBody,
