@@ -22,9 +22,9 @@ import (
 // failed transfer drops the answer; the flight retries from its first unverified chunk with a new
 // request to the chain's end, which the following flights then go on reading.
 
-// chainBytes bounds the stored bytes one chained origin request asks for. It is kept well below
-// what a slow origin path moves within the origin client's per-request timeout
-// (limits.origin_timeout bounds a whole answer): 8 MiB is four default segments.
+// chainBytes bounds the stored bytes one chained origin request asks for: 8 MiB, four default
+// segments, so that a request's segments still spread over several connections and a reader of
+// its last segment does not wait long for the others (docs/decisions.md, "Why 8 MiB").
 const chainBytes = 8 << 20
 
 // chain is the origin answer the flights of one chain share. Its flights run in one goroutine,

@@ -264,14 +264,13 @@ func (r *Range) waitFirst() error {
 func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Range, missing []int) {
 	defer close(rr.launched)
 	slots := make(chan struct{}, c.o.FillParallelism)
-	for k := 0; k < len(missing); {
-		// The group: consecutive missed parts, chainBytes at most.
-		n, size := 1, segs[missing[k]].len()
-		for k+n < len(missing) && missing[k+n] == missing[k+n-1]+1 && size+segs[missing[k+n]].len() <= c.chainMax {
-			size += segs[missing[k+n]].len()
-			n++
-		}
-		group := missing[k : k+n]
+	ss := make([]span, len(missing))
+	for g, i := range missing {
+		ss[g] = segs[i]
+	}
+	k := 0 // the first part of the next chain, in missing
+	for _, cs := range c.chains(ss) {
+		group := missing[k : k+len(cs)]
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -281,12 +280,8 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 			}
 			return
 		}
-		k += n
-		ss := make([]span, len(group))
-		for g, i := range group {
-			ss[g] = segs[i]
-		}
-		fls, err := c.acquireChain(l, ss, true)
+		k += len(cs)
+		fls, err := c.acquireChain(l, cs, true)
 		if err != nil {
 			for _, i := range group {
 				rr.parts[i].err = err
