@@ -35,10 +35,9 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	noEntry := func() error { return noDedupEntry(chunk) }
 	xs, err := s.idx.DedupXorbs(ctx, chunk)
 	if errors.Is(err, index.ErrNotFound) {
-		return noEntry()
+		return noDedupEntry(chunk)
 	} else if err != nil {
 		return err
 	}
@@ -86,7 +85,7 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 		blocks = append(blocks, x)
 	}
 	if len(blocks) == 0 {
-		return noEntry()
+		return noDedupEntry(chunk)
 	}
 	now := s.now()
 	ans := shard.DedupAnswer(blocks, s.keys.Dedup, now, now.Add(s.cfg.Auth.DedupExpiry.D()))

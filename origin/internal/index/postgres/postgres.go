@@ -837,19 +837,15 @@ func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]
 		return nil, nil, err
 	}
 	defer rows.Close()
-	gone := map[hash.Hash]bool{}
-	for rows.Next() {
-		var k []byte
-		if err := rows.Scan(&k); err != nil {
-			return nil, nil, err
-		}
-		h, err := index.HashFromBytes(k)
-		if err != nil {
-			return nil, nil, err
-		}
+	hs, err := scanHashes(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	gone := make(map[hash.Hash]bool, len(hs))
+	for _, h := range hs {
 		gone[h] = true
 	}
-	return offers, gone, rows.Err()
+	return offers, gone, nil
 }
 
 // ShardBody implements index.ShardBodies.
