@@ -109,12 +109,20 @@ func newDedupFilter() *dedupFilter {
 // for the first build.
 func (db *DB) dedupAbsent(c *hash.Hash) bool {
 	f := db.filter
-	f.start.Do(func() { f.kick <- struct{}{} }) // the builder runs from Open
+	f.start.Do(f.rebuild) // the builder runs from Open
 	b := f.cur.Load()
 	if b == nil {
 		return false
 	}
 	return !b.has(f.probes(c))
+}
+
+// rebuild asks the builder for a build, unless one is asked for already.
+func (f *dedupFilter) rebuild() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
 }
 
 // add records chunks about to be inserted into the dedup table. It runs inside the writer's
@@ -137,10 +145,7 @@ func (f *dedupFilter) add(chunks []hash.Hash) {
 	full := cur != nil && pending == nil && cur.n.Load() > cur.cap
 	f.mu.Unlock()
 	if full {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+		f.rebuild()
 	}
 }
 
@@ -215,10 +220,7 @@ func (db *DB) buildFilter(ctx context.Context) error {
 	full := nb.n.Load() > nb.cap // outgrown while it was built
 	f.mu.Unlock()
 	if full {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+		f.rebuild()
 	}
 	return nil
 }
