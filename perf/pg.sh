@@ -32,8 +32,8 @@ pg_cpu() {
 
 # PG_RECOMMENDED: the server settings docs/origin.md ("PostgreSQL settings") recommends for a
 # production index, after shared_buffers (sized by the caller): durable (fsync, synchronous
-# commit and full-page writes stay on), checkpoints far apart so that fewer pages are written
-# whole into the WAL, and pg_prewarm's autoprewarm, which reloads the buffer cache's pages after
-# a restart. No WAL compression: the full-page images of this index are pages of random hashes,
-# which lz4 shrank by ~8 % for 9 % of the server's CPU (perf/BENCHMARKS.md, 2026-12-02).
-PG_RECOMMENDED=" -c shared_preload_libraries=pg_prewarm -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c checkpoint_timeout=30min -c max_wal_size=8GB -c min_wal_size=1GB -c checkpoint_completion_target=0.9"
+# commit and full-page writes stay on) and checkpoints far apart, from the timeout rather than
+# from WAL volume, so that fewer pages are written whole into the WAL. No WAL compression: the
+# full-page images of this index are pages of random hashes, which lz4 shrank by ~8 % for ~9 %
+# of the server's CPU (perf/BENCHMARKS.md, 2026-12-02).
+PG_RECOMMENDED=" -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c checkpoint_timeout=30min -c max_wal_size=8GB -c min_wal_size=1GB -c checkpoint_completion_target=0.9"

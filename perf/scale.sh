@@ -26,9 +26,10 @@
 # SHARDS (4000; 0 skips), SHARD_SCOPES (4: the registration step runs once with one scope, 16
 # in flight (the per-scope upload limit), then with SHARD_SCOPES scopes, 16 each; 1 skips the
 # second), PG_TUNED (1: the durable restart uses the recommended production settings of
-# docs/origin.md, "PostgreSQL settings"; 0: the earlier ones, shared_buffers 512MB, no WAL
-# compression, no prewarmed indexes), SHARED_BUFFERS (4GB, with PG_TUNED=1; the indexes are
-# prewarmed into it, as on a server that has run a while), ORIGIN_SRC (the source tree xet-origin
+# docs/origin.md, "PostgreSQL settings", PG_RECOMMENDED in perf/pg.sh; 0: the earlier ones,
+# max_wal_size 2GB), SHARED_BUFFERS (512MB), PREWARM (0; 1 loads every index into
+# shared_buffers with pg_prewarm before measuring, as on a server that has run a while: size
+# SHARED_BUFFERS for it, ~3.3 GB of indexes at 10^7), ORIGIN_SRC (the source tree xet-origin
 # is built from for the measurements, default this one; the tools always come from this one),
 # PG_OPTS (more settings for the durable restart, "-c name=value ...", after the others: for
 # diagnostics), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
@@ -38,7 +39,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
-SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-4GB} ORIGIN_SRC=${ORIGIN_SRC:-}
+SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-512MB} PREWARM=${PREWARM:-0} ORIGIN_SRC=${ORIGIN_SRC:-}
 GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
 log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -57,6 +58,7 @@ num SAMPLES "$SAMPLES"; num DURATION "$DURATION"; num SHARDS "$SHARDS"; num PORT
 [[ $READ_AHEAD == 0 || $READ_AHEAD == 1 ]] || die "READ_AHEAD=$READ_AHEAD: want 0 or 1"
 [[ $RECON == 0 || $RECON == 1 ]] || die "RECON=$RECON: want 0 or 1"
 [[ $PG_TUNED == 0 || $PG_TUNED == 1 ]] || die "PG_TUNED=$PG_TUNED: want 0 or 1"
+[[ $PREWARM == 0 || $PREWARM == 1 ]] || die "PREWARM=$PREWARM: want 0 or 1"
 [[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
 [[ $SHARD_SCOPES =~ ^[1-9][0-9]*$ ]] || die "SHARD_SCOPES=$SHARD_SCOPES: want a positive whole number"
 [[ $SHARED_BUFFERS =~ ^[1-9][0-9]*(MB|GB)$ ]] || die "SHARED_BUFFERS=$SHARED_BUFFERS: want e.g. 4GB or 512MB"
@@ -133,9 +135,7 @@ pg_start() { # pg_start load|durable
 	# One line: pg_ctl hands -o to a shell, which would end the command at a newline.
 	local opts="-c port=$PGPORT_ -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDATA_ -c max_connections=200"
 	if [ "$1" = durable ] && [ "$PG_TUNED" = 1 ]; then
-		# perf/pg.sh; autoprewarm off here: the indexes are prewarmed before the measurements,
-		# and autoprewarm would reload the last run's buffers in the background during them.
-		opts+=" -c shared_buffers=$SHARED_BUFFERS -c maintenance_work_mem=256MB $PG_RECOMMENDED -c pg_prewarm.autoprewarm=off"
+		opts+=" -c shared_buffers=$SHARED_BUFFERS -c maintenance_work_mem=256MB $PG_RECOMMENDED" # perf/pg.sh
 	else
 		opts+=" -c shared_buffers=512MB -c maintenance_work_mem=256MB -c max_wal_size=2GB -c checkpoint_timeout=30min"
 	fi
@@ -231,16 +231,17 @@ PGPID=$(head -1 "$PGDATA_/postmaster.pid")
 if [ "$PG_TUNED" = 1 ]; then
 	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED) on 127.0.0.1:$PGPORT_"
 	echo "postgres durable settings: shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED" >>"$OUT/run.txt"
-	# A server that has run a while holds its hot indexes in shared_buffers (and autoprewarm,
-	# loaded by PG_RECOMMENDED, keeps them there over a restart); a fresh start has none.
+else
+	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=512MB, PG_TUNED=0) on 127.0.0.1:$PGPORT_"
+fi
+if [ "$PREWARM" = 1 ]; then
+	# A server that has run a while holds its hot indexes in memory; a fresh start has none.
 	for db in small large; do
 		note "prewarm $db"
 		psql_ -d "$db" -At -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" \
 			-c "SELECT '$db: prewarmed ' || coalesce(sum(pg_prewarm(c.oid)), 0) * 8 / 1024 || ' MiB of indexes'
 				FROM pg_class c WHERE c.relkind = 'i' AND c.relnamespace = 'public'::regnamespace"
 	done
-else
-	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=512MB, PG_TUNED=0) on 127.0.0.1:$PGPORT_"
 fi
 {
 	echo "# database sizes (MiB): table rows with TOAST, indexes"
