@@ -23,13 +23,23 @@
 #
 # Environment: SCALE (10000000), SMALL (10000), CHUNKS (8), MAX_TERMS (100), REPOS (1000),
 # SAMPLES (10000 per index), RATE (1000), DURATION (60 s), ZIPF (1.1), RANGE_SHARE (0.2), GATE (1),
-# SHARDS (4000; 0 skips), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
+# SHARDS (4000; 0 skips), SHARD_SCOPES (4: the registration step runs once with one scope, 16
+# in flight (the per-scope upload limit), then with SHARD_SCOPES scopes, 16 each; 1 skips the
+# second), PG_TUNED (1: the durable restart uses the recommended production settings of
+# docs/origin.md, "PostgreSQL settings", PG_RECOMMENDED in perf/pg.sh; 0: the earlier ones,
+# max_wal_size 2GB), SHARED_BUFFERS (512MB), PREWARM (0; 1 loads every index into
+# shared_buffers with pg_prewarm before measuring, as on a server that has run a while: size
+# SHARED_BUFFERS for it, ~3.3 GB of indexes at 10^7), ORIGIN_SRC (the source tree xet-origin
+# is built from for the measurements, default this one; the tools always come from this one),
+# PG_OPTS (more settings for the durable restart, "-c name=value ...", after the others: for
+# diagnostics), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
 # objects), RECON (1; 0 skips the reconload steps), PORT_BASE (31800; eleven ports from it, which must be free), WORK
 # (mktemp under /tmp), OUT, MIN_FREE_GB (20), MEASURE (1), KEEP.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
+SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-512MB} PREWARM=${PREWARM:-0} ORIGIN_SRC=${ORIGIN_SRC:-}
 GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
 log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -47,6 +57,12 @@ num SAMPLES "$SAMPLES"; num DURATION "$DURATION"; num SHARDS "$SHARDS"; num PORT
 [[ $MEASURE == 0 || $MEASURE == 1 ]] || die "MEASURE=$MEASURE: want 0 or 1"
 [[ $READ_AHEAD == 0 || $READ_AHEAD == 1 ]] || die "READ_AHEAD=$READ_AHEAD: want 0 or 1"
 [[ $RECON == 0 || $RECON == 1 ]] || die "RECON=$RECON: want 0 or 1"
+[[ $PG_TUNED == 0 || $PG_TUNED == 1 ]] || die "PG_TUNED=$PG_TUNED: want 0 or 1"
+[[ $PREWARM == 0 || $PREWARM == 1 ]] || die "PREWARM=$PREWARM: want 0 or 1"
+[[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
+[[ $SHARD_SCOPES =~ ^[1-9][0-9]*$ ]] || die "SHARD_SCOPES=$SHARD_SCOPES: want a positive whole number"
+[[ $SHARED_BUFFERS =~ ^[1-9][0-9]*(MB|GB)$ ]] || die "SHARED_BUFFERS=$SHARED_BUFFERS: want e.g. 4GB or 512MB"
+[ -z "$ORIGIN_SRC" ] || [ -f "$ORIGIN_SRC/cmd/xet-origin/main.go" ] || die "ORIGIN_SRC=$ORIGIN_SRC: no cmd/xet-origin there"
 
 for port in $(seq "$P" $((P + 10))); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then die "port $port is in use: set PORT_BASE to eleven free ports"; fi
@@ -118,7 +134,12 @@ PGPORT_=$P
 pg_start() { # pg_start load|durable
 	# One line: pg_ctl hands -o to a shell, which would end the command at a newline.
 	local opts="-c port=$PGPORT_ -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDATA_ -c max_connections=200"
-	opts+=" -c shared_buffers=512MB -c maintenance_work_mem=256MB -c max_wal_size=2GB -c checkpoint_timeout=30min"
+	if [ "$1" = durable ] && [ "$PG_TUNED" = 1 ]; then
+		opts+=" -c shared_buffers=$SHARED_BUFFERS -c maintenance_work_mem=256MB $PG_RECOMMENDED" # perf/pg.sh
+	else
+		opts+=" -c shared_buffers=512MB -c maintenance_work_mem=256MB -c max_wal_size=2GB -c checkpoint_timeout=30min"
+	fi
+	[ "$1" = durable ] && opts+=" $PG_OPTS"
 	if [ "$1" = load ]; then
 		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_level=minimal -c max_wal_senders=0 -c autovacuum=off"
 	fi
@@ -181,12 +202,47 @@ if [ ! -f "$WORK/loaded" ]; then
 	touch "$WORK/loaded"
 	pg_stop
 fi
+# The load ran with autovacuum off, so the first durable start found 10^7 inserted rows per table
+# that no vacuum had seen, and autovacuum worked through them during the measurements (about a
+# tenth of the server's CPU in a profile of shard registration), restarted at every run. Vacuum
+# once after the load instead, with the load settings.
+if [ ! -f "$WORK/vacuumed" ]; then
+	pg_start load
+	for db in small large; do
+		note "vacuum $db"
+		log "vacuum (analyze) $db: once after the load, so that autovacuum has nothing to catch up on during the measurements"
+		start=$(date +%s)
+		psql_ -d "$db" -c "VACUUM (ANALYZE)"
+		log "vacuum $db: $(( $(date +%s) - start )) s"
+	done
+	pg_stop
+	touch "$WORK/vacuumed"
+fi
 cp "$WORK"/sample-*.jsonl "$OUT/" 2>/dev/null || true
 [ "$MEASURE" = 1 ] || { log "loaded (MEASURE=0): no measurement"; exit 0; }
 
 (cd "$ROOT" && go build -o "$B/" ./cmd/xet-origin ./cmd/xet-edge ./perf/cmd/reconload ./perf/cmd/reconbench ./perf/cmd/ingestbench)
+if [ -n "$ORIGIN_SRC" ]; then
+	(cd "$ORIGIN_SRC" && go build -o "$B/" ./cmd/xet-origin) || die "build of xet-origin in $ORIGIN_SRC failed"
+	echo "origin built from: $ORIGIN_SRC ($(git -C "$ORIGIN_SRC" rev-parse --short=12 HEAD 2>/dev/null || echo unknown))" >>"$OUT/run.txt"
+fi
 pg_start durable
-log "PostgreSQL durable (fsync=on, synchronous_commit=on) on 127.0.0.1:$PGPORT_"
+PGPID=$(head -1 "$PGDATA_/postmaster.pid")
+if [ "$PG_TUNED" = 1 ]; then
+	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED) on 127.0.0.1:$PGPORT_"
+	echo "postgres durable settings: shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED" >>"$OUT/run.txt"
+else
+	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=512MB, PG_TUNED=0) on 127.0.0.1:$PGPORT_"
+fi
+if [ "$PREWARM" = 1 ]; then
+	# A server that has run a while holds its hot indexes in memory; a fresh start has none.
+	for db in small large; do
+		note "prewarm $db"
+		psql_ -d "$db" -At -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" \
+			-c "SELECT '$db: prewarmed ' || coalesce(sum(pg_prewarm(c.oid)), 0) * 8 / 1024 || ' MiB of indexes'
+				FROM pg_class c WHERE c.relkind = 'i' AND c.relnamespace = 'public'::regnamespace"
+	done
+fi
 {
 	echo "# database sizes (MiB): table rows with TOAST, indexes"
 	for db in small large; do
@@ -267,13 +323,35 @@ if [ "$GATE" = 1 ]; then
 	done
 fi
 
+# shards DB K: SHARDS registrations over K scopes, 16 in flight per scope (the per-scope upload
+# limit), with the origin's CPU (ingestbench) and PostgreSQL's (pg_cpu, perf/pg.sh) per shard.
+shards() {
+	local db=$1 k=$2 name=shards-$1 W= sk c0 c1
+	[ "$k" -gt 1 ] && name=shards-$1-scopes$k
+	for sk in $(seq "$k"); do
+		W+=${W:+,}$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope "models/bench/shards-$sk" --access write)
+	done
+	note "$name"
+	log "shard registration $db: $SHARDS shards over $k scope(s), $((16 * k)) at a time (16 per scope: the per-scope upload limit)"
+	psql_ -d postgres -At -c "SELECT 'background at the start: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
+		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >"$OUT/$name.bg.txt"
+	c0=$(pg_cpu "$PGPID") w0=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
+	"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
+		-n "$SHARDS" -concurrency $((16 * k)) >"$OUT/$name.txt" || die "ingestbench failed"
+	psql_ -d postgres -At -c "SELECT 'background at the end: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
+		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >>"$OUT/$name.bg.txt"
+	c1=$(pg_cpu "$PGPID") w1=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
+	awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" -v n="$SHARDS" \
+		'BEGIN { printf "postgres cpu (server, incl. the pool upload): %.2f s = %.3f ms per shard\n", (b - a) / hz, (b - a) * 1000 / hz / n }' >>"$OUT/$name.txt"
+	awk -v n="$SHARDS" -v r="$((w1[0] - w0[0]))" -v f="$((w1[1] - w0[1]))" -v b="$((w1[2] - w0[2]))" \
+		'BEGIN { printf "postgres wal per shard: %.1f records, %.2f full-page images, %.0f bytes\n", r / n, f / n, b / n }' >>"$OUT/$name.txt"
+	cat "$OUT/$name.bg.txt" >>"$OUT/$name.txt" && rm "$OUT/$name.bg.txt"
+	cat "$OUT/$name.txt"
+}
 if [ "$SHARDS" -gt 0 ]; then
 	for db in small large; do
-		W=$("$B/xet-origin" token --data-dir "$WORK/origin-$db" --ttl 24h --scope models/bench/shards --access write)
-		note "shards-$db"
-		log "shard registration $db: $SHARDS shards, 16 at a time (the per-scope upload limit)"
-		"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
-			-n "$SHARDS" -concurrency 16 | tee "$OUT/shards-$db.txt"
+		shards $db 1
+		if [ "$SHARD_SCOPES" -gt 1 ]; then shards $db "$SHARD_SCOPES"; fi
 	done
 fi
 

@@ -14,12 +14,20 @@
 # stopped (its backends have then exited into the postmaster's cutime): the server's whole cost,
 # background writers and autovacuum included, and no other PostgreSQL on the machine. Prints
 # one line per run and the medians per revision. Removes everything on exit.
+#
+# PG_OPTS adds server settings ("-c name=value ..."); STATS=1 loads pg_stat_statements
+# (track_planning on) and prints, after each run, the statements that took most of the
+# server's time (planning + execution) per shard. SCOPES=K spreads the shards over K scopes
+# (ingestbench with K write tokens). PROFILE=DIR saves a CPU profile of each run's origin as
+# DIR/NAME-ROUND.pprof.* (merge with go tool pprof).
 set -euo pipefail
 
-ROUNDS=${ROUNDS:-3} N=${N:-3000} CONCURRENCY=${CONCURRENCY:-64} P=${PORT_BASE:-31950}
+ROUNDS=${ROUNDS:-3} N=${N:-3000} CONCURRENCY=${CONCURRENCY:-64} P=${PORT_BASE:-31950} SCOPES=${SCOPES:-1} STATS=${STATS:-0} PG_OPTS=${PG_OPTS:-} PROFILE=${PROFILE:-}
 die() { echo "shardreg.sh: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: $0 NAME=SRCDIR [NAME=SRCDIR ...]"
-for v in ROUNDS N CONCURRENCY P; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive integer"; done
+[[ $STATS == 0 || $STATS == 1 ]] || die "STATS=$STATS: want 0 or 1"
+[[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
+for v in ROUNDS N CONCURRENCY P SCOPES; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive integer"; done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 . "$ROOT/perf/pg.sh"
@@ -49,25 +57,17 @@ for i in "${!names[@]}"; do
 done
 (cd "$ROOT" && go build -o "$WORK/bin/" ./perf/cmd/ingestbench)
 
+stats_opts=
+[ "$STATS" = 1 ] && stats_opts=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 mkdir -m 700 "$PGD" && chown "$PGUSER_SYS" "$PGD"
 as_pg "$PGBIN/initdb" -D "$PGD" -U xet --auth=trust --encoding=UTF8 --no-locale >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
 touch "$WORK/pg.log" && chown "$PGUSER_SYS" "$WORK/pg.log"
-as_pg "$PGBIN/pg_ctl" -D "$PGD" -l "$WORK/pg.log" -w -t 120 start -o "-c port=$P -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGD -c max_connections=200 -c shared_buffers=512MB -c max_wal_size=2GB -c checkpoint_timeout=30min" >/dev/null ||
+as_pg "$PGBIN/pg_ctl" -D "$PGD" -l "$WORK/pg.log" -w -t 120 start -o "-c port=$P -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGD -c max_connections=200 -c shared_buffers=512MB -c max_wal_size=2GB -c checkpoint_timeout=30min$stats_opts $PG_OPTS" >/dev/null ||
 	{ tail -n 20 "$WORK/pg.log" >&2; die "PostgreSQL did not start"; }
 pg_up=1
 PGPID=$(head -1 "$PGD/postmaster.pid")
-echo "# $(date -u +%FT%TZ), $(nproc) cores, $("$PGBIN/postgres" --version), N=$N CONCURRENCY=$CONCURRENCY ROUNDS=$ROUNDS"
+echo "# $(date -u +%FT%TZ), $(nproc) cores, $("$PGBIN/postgres" --version), N=$N CONCURRENCY=$CONCURRENCY SCOPES=$SCOPES ROUNDS=$ROUNDS${PG_OPTS:+ PG_OPTS=$PG_OPTS}"
 
-pgcpu() { # ticks of the postmaster (itself and reaped children) and of its live children
-	local t=0 c f
-	f=($(sed 's/^.*) //' "/proc/$PGPID/stat"))
-	t=$((f[11] + f[12] + f[13] + f[14]))
-	for c in $(cat /proc/"$PGPID"/task/*/children); do
-		f=($(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null || echo))
-		[ ${#f[@]} -gt 13 ] && t=$((t + f[11] + f[12]))
-	done
-	echo $t
-}
 HZ=$(getconf CLK_TCK)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$P" -U xet "$@"; }
 
@@ -81,24 +81,46 @@ for r in $(seq "$ROUNDS"); do
 		db=sr_${name//[^a-z0-9]/_}_$r
 		psql_ -d postgres -c "CREATE DATABASE $db"
 		mkdir -p "$WORK/o-$db"
-		printf '{"index":{"driver":"postgres"},"limits":{"uploads_per_scope":256}}\n' >"$WORK/o-$db.json"
+		# Revisions from before the per-scope upload limit (2026-11-30) know no limits.uploads_per_scope.
+		if grep -q uploads_per_scope "${dirs[$i]}/origin/internal/config/config.go"; then
+			printf '{"index":{"driver":"postgres"},"limits":{"uploads_per_scope":256}}\n' >"$WORK/o-$db.json"
+		else
+			printf '{"index":{"driver":"postgres"}}\n' >"$WORK/o-$db.json"
+		fi
 		XETCDN_POSTGRES_DSN="postgres://xet@127.0.0.1:$P/$db?sslmode=disable" "$WORK/bin-$name/xet-origin" --data-dir "$WORK/o-$db" \
 			--listen "127.0.0.1:$((P + 1))" --admin-listen "127.0.0.1:$((P + 2))" --config "$WORK/o-$db.json" >"$WORK/o-$db.log" 2>&1 &
 		OPID=$!
 		for _ in $(seq 600); do curl -sf -o /dev/null --max-time 2 "http://127.0.0.1:$((P + 1))/healthz" && break; sleep 0.1; done
-		W=$("$WORK/bin-$name/xet-origin" token --data-dir "$WORK/o-$db" --ttl 2h --scope models/bench/shards --access write)
+		W=
+		for sk in $(seq "$SCOPES"); do
+			W+=${W:+,}$("$WORK/bin-$name/xet-origin" token --data-dir "$WORK/o-$db" --ttl 2h --scope "models/bench/shards-$sk" --access write)
+		done
+		[ "$STATS" = 1 ] && psql_ -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null
+		prof=()
+		if [ -n "$PROFILE" ]; then
+			mkdir -p "$PROFILE"
+			prof=(-metrics "http://127.0.0.1:$((P + 2))/metrics" -profile "$PROFILE/$name-$r.pprof"
+				-admin-token "$("$WORK/bin-$name/xet-origin" token --data-dir "$WORK/o-$db" --ttl 2h --scope models/bench/shards-1 --access admin)")
+		fi
 		load=$(cut -d' ' -f1-3 /proc/loadavg)
-		c0=$(pgcpu)
+		c0=$(pg_cpu "$PGPID")
 		"$WORK/bin/ingestbench" -url "http://127.0.0.1:$((P + 1))" -write-token "$W" -server-pid "$OPID" -mode shards \
-			-n "$N" -concurrency "$CONCURRENCY" >"$WORK/ib.txt" || { cat "$WORK/ib.txt" "$WORK/o-$db.log" >&2; die "ingestbench failed"; }
+			-n "$N" -concurrency "$CONCURRENCY" "${prof[@]}" >"$WORK/ib.txt" || { cat "$WORK/ib.txt" "$WORK/o-$db.log" >&2; die "ingestbench failed"; }
 		kill "$OPID"; wait "$OPID" 2>/dev/null || true; OPID=
 		sleep 1
-		c1=$(pgcpu)
+		c1=$(pg_cpu "$PGPID")
 		s=$(sed -n 's/.* \([0-9.]*\) shards\/s .*/\1/p' "$WORK/ib.txt")
 		lat=($(sed -n 's/.*p50=\([^ ]*\) p99=\([^ ]*\) .*/\1 \2/p' "$WORK/ib.txt"))
 		o=$(sed -n 's/^origin cpu: .* = \([0-9.]*\) ms per shard.*/\1/p' "$WORK/ib.txt")
 		pg=$(awk -v a="$c0" -v b="$c1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.3f", (b - a) * 1000 / hz / n }')
 		printf '%-8s %5s %9s %9s %9s %12s %12s  %s\n' "$name" "$r" "$s" "${lat[0]}" "${lat[1]}" "$o" "$pg" "$load"
+		[ "$STATS" = 1 ] && psql_ -d "$db" -P pager=off -c "SELECT round((total_plan_time + total_exec_time)::numeric / $N, 4) AS ms_per_shard,
+			round(calls::numeric / $N, 2) AS calls_per_shard, round(total_plan_time::numeric / greatest(plans, 1), 3) AS plan_ms,
+			round(total_exec_time::numeric / greatest(calls, 1), 3) AS exec_ms, round(rows::numeric / greatest(calls, 1), 1) AS rows,
+			round(wal_bytes::numeric / $N) AS wal_b_per_shard, left(regexp_replace(query, '\s+', ' ', 'g'), 70) AS query
+			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db')
+			ORDER BY total_plan_time + total_exec_time DESC LIMIT 10" \
+			-c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY relname"
 		rate[$name]+="$s " ocpu[$name]+="$o " pcpu[$name]+="$pg "
 		psql_ -d postgres -c "DROP DATABASE $db"
 		rm -rf "$WORK/o-$db"

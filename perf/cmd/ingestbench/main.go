@@ -13,6 +13,12 @@
 // /v1/shards, and reports shards/s, latency quantiles and the origin's CPU per shard; with
 // -profile (and -metrics) it saves a CPU profile of the origin as in xorbs mode.
 //
+// In shards mode -write-token may name several tokens separated by commas, each for its own
+// scope: the pool is uploaded with each of them (so every scope holds it), shard i goes to
+// token i mod the count and each token has its share of -concurrency in flight, spreading the
+// registrations over that many scopes (one scope has at most limits.uploads_per_scope uploads
+// in flight at the origin, 16 by default).
+//
 // In both modes -db-comm NAME (e.g. postgres) also reports the CPU time of every process of
 // that command name (utime+stime, plus cutime+cstime of exited children), read from /proc
 // before and after the run, and every run prints the load average before and after it: on a
@@ -64,7 +70,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the origin")
-	flag.StringVar(&c.wtok, "write-token", "", "write token")
+	flag.StringVar(&c.wtok, "write-token", "", "write token (shards mode: several, comma-separated, one per scope)")
 	flag.BoolVar(&c.insecure, "insecure", false, "accept any TLS certificate")
 	flag.StringVar(&c.mode, "mode", "xorbs", "xorbs | shards")
 	flag.Uint64Var(&c.seed, "seed", uint64(time.Now().UnixNano()), "content seed (default: the clock, so every run uploads new content)")
@@ -87,6 +93,10 @@ func main() {
 	switch c.mode {
 	case "xorbs":
 		c.n = cmpOr(c.n, 16)
+		if strings.Contains(c.wtok, ",") {
+			err = fmt.Errorf("-write-token: several tokens are for -mode shards only")
+			break
+		}
 		err = xorbs(ctx, &c)
 	case "shards":
 		c.n = cmpOr(c.n, 2000)
@@ -317,11 +327,20 @@ func profile(ctx context.Context, c *http.Client, admin, tok, file string) error
 
 func shards(ctx context.Context, c *config) error {
 	t0 := time.Now()
-	cl := fixture.NewClient(c.url, c.wtok, c.concurrency, c.insecure)
+	toks := strings.Split(c.wtok, ",")
+	cls := make([]*fixture.Client, len(toks))
+	for i, t := range toks {
+		if t == "" {
+			return fmt.Errorf("-write-token: token %d of %d is empty", i+1, len(toks))
+		}
+		cls[i] = fixture.NewClient(c.url, t, max(1, c.concurrency/len(toks)), c.insecure)
+	}
 	spec := fixture.XorbSpec{Tag: "reg", Seed: 1, Chunks: 1024, MinChunk: 16, MaxChunk: 240}
 	xs := spec.BuildAll(c.pool, runtime.GOMAXPROCS(0))
-	if err := cl.PutXorbs(ctx, xs, 4); err != nil {
-		return err
+	for _, cl := range cls { // every scope uploads (and so holds) the pool
+		if err := cl.PutXorbs(ctx, xs, 4); err != nil {
+			return err
+		}
 	}
 	layouts := make([]*xorb.Layout, len(xs))
 	for i := range xs {
@@ -335,22 +354,45 @@ func shards(ctx context.Context, c *config) error {
 		}
 		bodies[i] = sh.AppendUpload(nil)
 	}
-	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) in %v\n", c.pool, c.n, c.files, c.terms,
-		len(bodies[0]), time.Since(t0).Round(time.Millisecond))
+	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) over %d scopes in %v\n", c.pool, c.n, c.files, c.terms,
+		len(bodies[0]), len(cls), time.Since(t0).Round(time.Millisecond))
 
 	stopProfile := startProfile(ctx, c, &http.Client{})
 
 	m := startMeter(c.serverPID, c.dbComm)
-	lat, err := timedUploads(ctx, len(bodies), c.concurrency, "shard", func(ctx context.Context, i int) (bool, error) {
-		return cl.PutShard(ctx, bodies[i])
-	})
-	if err != nil {
+	// Each scope gets its share of -concurrency and the shards i with i mod len(cls) = its
+	// index, so no scope has more in flight than its share (the origin refuses uploads over
+	// its per-scope limit).
+	var (
+		mu  sync.Mutex
+		lat []time.Duration
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	for k, cl := range cls {
+		mine := make([][]byte, 0, len(bodies)/len(cls)+1)
+		for i := k; i < len(bodies); i += len(cls) {
+			mine = append(mine, bodies[i])
+		}
+		g.Go(func() error {
+			l, err := timedUploads(gctx, len(mine), max(1, c.concurrency/len(cls)), "shard", func(ctx context.Context, i int) (bool, error) {
+				return cl.PutShard(ctx, mine[i])
+			})
+			mu.Lock()
+			lat = append(lat, l...)
+			mu.Unlock()
+			if err != nil && len(cls) > 1 {
+				err = fmt.Errorf("scope %d: %w", k+1, err)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	u := m.stop()
 	stopProfile()
-	fmt.Printf("shards: n=%d concurrency=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
-		c.n, c.concurrency, c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
+	fmt.Printf("shards: n=%d concurrency=%d scopes=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
+		c.n, c.concurrency, len(cls), c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
 	if u.serverKnown {
 		fmt.Printf("origin cpu: %.2f s = %.2f ms per shard, %.2f cores busy; ingestbench itself %.2f s\n",
 			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), u.server.Seconds()/u.wall.Seconds(), u.self.Seconds())
