@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Stager is a store that takes an object whose length is not known in advance, written piece
@@ -17,13 +18,20 @@ type Stager interface {
 	Stage(ctx context.Context, key string) (*Staged, error)
 }
 
-// StagerOf returns the Stager under s's decorators (Metrics, Timeouts: neither has anything to
-// bound or count for a write to the local disk that the caller paces), or false when the store
-// has none.
+// StagerOf returns the Stager under s's decorators (Timeouts has nothing to bound in a write to
+// the local disk that the caller paces; Metrics counts each Commit as a Create call of the
+// object's size), or false when the store has none.
 func StagerOf(s any) (Stager, bool) {
+	var obs []func(start time.Time, err error, n int64)
 	for {
 		if st, ok := s.(Stager); ok {
-			return st, true
+			if len(obs) == 0 {
+				return st, true
+			}
+			return observedStager{st, obs}, true
+		}
+		if m, ok := s.(*Metrics); ok {
+			obs = append(obs, func(start time.Time, err error, n int64) { m.observe("Create", start, err, n) })
 		}
 		u, ok := s.(interface{ Unwrap() ObjectStore })
 		if !ok {
@@ -31,6 +39,20 @@ func StagerOf(s any) (Stager, bool) {
 		}
 		s = u.Unwrap()
 	}
+}
+
+// observedStager gives the objects it stages the observers of the Metrics layers above it.
+type observedStager struct {
+	next Stager
+	obs  []func(start time.Time, err error, n int64)
+}
+
+func (o observedStager) Stage(ctx context.Context, key string) (*Staged, error) {
+	st, err := o.next.Stage(ctx, key)
+	if st != nil {
+		st.obs = o.obs
+	}
+	return st, err
 }
 
 // Staged is an object being written: its bytes go to a temporary ".put-*" file in the key's
@@ -45,6 +67,7 @@ type Staged struct {
 	n        int64
 	synced   bool
 	writeErr error
+	obs      []func(start time.Time, err error, n int64) // Metrics layers (StagerOf)
 }
 
 var _ Stager = (*Local)(nil)
@@ -90,7 +113,15 @@ func (s *Staged) Size() int64 { return s.n }
 // directory. The temporary name stays until Close, so Commit may be called again to put the
 // same bytes back under the key if the object was deleted since (a deletion by garbage
 // collection racing the upload; ingest.Service.PutXorbStream).
-func (s *Staged) Commit(ctx context.Context) error {
+func (s *Staged) Commit(ctx context.Context) (err error) {
+	if len(s.obs) > 0 {
+		start := time.Now()
+		defer func() {
+			for _, o := range s.obs {
+				o(start, err, s.n)
+			}
+		}()
+	}
 	if s.writeErr != nil {
 		return s.writeErr
 	}
