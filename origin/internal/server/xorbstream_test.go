@@ -57,14 +57,12 @@ func TestXorbStreamFixedMemory(t *testing.T) {
 	expect(t, e.do("HEAD", path, w, nil), 200)
 
 	// Two trickling uploads take the whole budget; a third waits ingest_wait, then 503.
-	var done []chan struct{}
 	for range 2 {
 		pr, pw := io.Pipe()
 		req, _ := http.NewRequest("POST", e.ts.URL+path, pr)
 		req.Header.Set("Authorization", "Bearer "+e.token("models/a/hog", auth.Write))
 		req.ContentLength = int64(len(f.xorbs[0]))
 		c := make(chan struct{})
-		done = append(done, c)
 		go func() {
 			defer close(c)
 			if resp, err := e.ts.Client().Do(req); err == nil {
@@ -72,7 +70,14 @@ func TestXorbStreamFixedMemory(t *testing.T) {
 			}
 		}()
 		pw.Write(f.xorbs[0][:1<<20])
-		defer pw.CloseWithError(io.ErrUnexpectedEOF)
+		defer func() {
+			pw.CloseWithError(io.ErrUnexpectedEOF)
+			select {
+			case <-c:
+			case <-time.After(10 * time.Second):
+				t.Error("a trickling upload was not answered 10 s after its body broke off")
+			}
+		}()
 	}
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
