@@ -47,7 +47,7 @@ func TestXorbStreamFixedMemory(t *testing.T) {
 		c.Limits.IngestMemory = 2 * xorb.StreamMemory
 		c.Limits.IngestWait = config.Duration(300 * time.Millisecond)
 	})
-	f := makeFixture(t, 31, 1, 128, 80<<10)
+	f := makeFixture(t, 31, 1, 128, 120<<10)
 	if len(f.xorbs[0]) < 3*xorb.StreamMemory {
 		t.Fatalf("fixture of %d bytes is not larger than the budget", len(f.xorbs[0]))
 	}

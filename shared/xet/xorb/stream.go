@@ -14,9 +14,10 @@ const streamBuffer = 512 << 10
 
 // StreamMemory bounds the memory ValidateStream holds for one body, whatever the body: its read
 // buffer, the decompression buffers of one chunk, a footer sent with the upload, and the layout
-// and merkle leaves of MaxChunks chunks. Callers reserve it up front (the origin's ingest
-// memory, docs/decisions.md).
-const StreamMemory = streamBuffer + 2*MaxChunkRaw + maxTrailer + MaxChunks*(hash.Size+4+4) + MaxChunks*(hash.Size+8)
+// and merkle leaves of MaxChunks chunks, three times over (a slice that grows by appending may
+// have twice its length in capacity, and holds its old array while it copies). Callers reserve
+// it up front (the origin's ingest memory, docs/decisions.md).
+const StreamMemory = streamBuffer + 2*MaxChunkRaw + maxTrailer + 3*MaxChunks*(hash.Size+4+4+hash.Size+8)
 
 // streamBufs keeps read buffers between uploads, so a busy origin does not fault in fresh pages
 // for each one.
