@@ -38,6 +38,8 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 	if prefix != Prefix {
 		return false, fmt.Errorf("%w: %q", ErrBadPrefix, prefix)
 	}
+	body := &countingReader{r: r} // xet_origin_ingest_bytes_total counts the body, as PutXorb's
+	r = body
 	indexed, err := s.indexed(ctx, h)
 	if err != nil {
 		return false, err
@@ -45,12 +47,12 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 	start := time.Now()
 	if indexed {
 		// Nothing to store; the body must still be a valid xorb h, as PutXorb requires.
-		_, area, err := xorb.ValidateStream(r, io.Discard, &h)
+		_, _, err := xorb.ValidateStream(r, io.Discard, &h)
 		s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
 		if err != nil {
 			return false, fmt.Errorf("xorb %s: %w", h, err)
 		}
-		s.bytesIn.WithLabelValues("xorb").Add(float64(area))
+		s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
 		return false, nil
 	}
 	st, err := s.stager.Stage(ctx, XorbKey(h))
@@ -99,6 +101,18 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 			return false, err
 		}
 	}
-	s.bytesIn.WithLabelValues("xorb").Add(float64(area))
+	s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
 	return ins, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
