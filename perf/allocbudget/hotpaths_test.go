@@ -89,6 +89,13 @@ func TestAllocBudgetXorb(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// The same body streamed (the origin's xorb upload on the local store): its read buffer is
+	// pooled, so the budget is the layout, not the body.
+	allocbudget.Check(t, "xorb/validate-stream-lz4-4MiB", 5, func() {
+		if _, _, err := xorb.ValidateStream(bytes.NewReader(body), io.Discard, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 	allocbudget.Check(t, "xorb/build-auto-4MiB", 5, func() {
 		b := xorb.NewBuilder(xorb.Auto)
 		for i := range raws {

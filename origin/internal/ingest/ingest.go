@@ -9,8 +9,9 @@
 // A xorb object is created once and never replaced, and the layout indexed for it is always
 // derived from the bytes that are stored: one xorb hash has many valid encodings (the hash
 // covers the chunks, not their compression), so an upload that finds the key taken indexes
-// the stored object's layout, not its own (Service.PutXorb). A shard body kept inline in its registration is durable with that commit. Nothing is written before validation succeeds, so a rejected upload leaves
-// nothing behind.
+// the stored object's layout, not its own (Service.PutXorb). A shard body kept inline in its registration is durable with that commit. Nothing is written under a key before validation succeeds (a streamed upload,
+// PutXorbStream, writes only a temporary file, removed when it fails), so a rejected upload
+// leaves nothing behind.
 package ingest
 
 import (

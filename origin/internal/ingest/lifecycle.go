@@ -1,11 +1,9 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
@@ -16,8 +14,8 @@ import (
 // the object of the same hash between this upload's object write and that insert (the index
 // refuses the insert while the deletion is pending, and allows it once the deletion is done;
 // docs/decisions.md, "Data lifecycle"). A missing object is written again from this upload's
-// bytes, which the row describes when this upload wrote the object itself (own).
-func (s *Service) ensureStored(ctx context.Context, h hash.Hash, own bool, area, footer []byte, size int64) error {
+// bytes by rewrite, which the row describes when this upload wrote the object itself (own).
+func (s *Service) ensureStored(ctx context.Context, h hash.Hash, own bool, rewrite func() error) error {
 	_, err := s.objs.Stat(ctx, XorbKey(h))
 	if err == nil {
 		return nil
@@ -30,8 +28,7 @@ func (s *Service) ensureStored(ctx context.Context, h hash.Hash, own bool, area,
 		// these bytes. Documented limitation; the window is one upload racing a deletion.
 		return fmt.Errorf("%w: xorb %s: stored object vanished during garbage collection", index.ErrUnavailable, h)
 	}
-	obj := io.MultiReader(bytes.NewReader(area), bytes.NewReader(footer))
-	if err := s.objs.Put(ctx, XorbKey(h), obj, size); err != nil {
+	if err := rewrite(); err != nil {
 		return fmt.Errorf("store xorb %s again: %w", h, err)
 	}
 	return nil

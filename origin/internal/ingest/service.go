@@ -69,6 +69,7 @@ type Service struct {
 	maxInline    int
 	lenient      bool
 	registered   func(ctx context.Context, scope string, files []*recon.FileRecord) error
+	stager       objstore.Stager // nil: the store takes whole objects only (stream.go)
 
 	validation *prometheus.HistogramVec
 	bytesIn    *prometheus.CounterVec
@@ -80,6 +81,7 @@ type Service struct {
 func New(o Options) *Service {
 	s := &Service{idx: o.Index, objs: o.Objects, workers: o.Workers, maxChunkRefs: o.MaxChunkRefs,
 		maxInline: o.MaxInlineShard, lenient: o.AllowNoVerification, registered: o.Registered}
+	s.stager, _ = objstore.StagerOf(o.Objects)
 	if s.maxChunkRefs <= 0 {
 		s.maxChunkRefs = DefaultMaxChunkRefs
 	}
@@ -168,7 +170,11 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
 	if ins {
-		if err := s.ensureStored(ctx, h, own, body[:area], footer, int64(size)); err != nil { // lifecycle.go
+		rewrite := func() error {
+			obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
+			return s.objs.Put(ctx, XorbKey(h), obj, int64(size))
+		}
+		if err := s.ensureStored(ctx, h, own, rewrite); err != nil { // lifecycle.go
 			return false, err
 		}
 	}

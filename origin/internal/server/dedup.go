@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -34,10 +35,15 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.absent != nil && s.absent.DedupAbsent(chunk) {
+		s.noEntry.write(w)
+		return nil
+	}
 	ctx := r.Context()
 	xs, err := s.idx.DedupXorbs(ctx, chunk)
 	if errors.Is(err, index.ErrNotFound) {
-		return noDedupEntry(chunk)
+		s.noEntry.write(w)
+		return nil
 	} else if err != nil {
 		return err
 	}
@@ -96,6 +102,25 @@ func (s *Server) dedup(w http.ResponseWriter, r *http.Request) error {
 	_, err = w.Write(b)
 	return err
 }
+
+// dedupMiss is the dedup route's 404, encoded once: the answer the error path would write for
+// noDedupEntry (status, code, public text). Most dedup queries are misses (hf_xet asks once per
+// uploaded file), and the error path's classification, logging call and JSON encoding were half
+// of the handler's CPU (perf/BENCHMARKS.md, 2026-12-02 third pass). Such a miss is not logged
+// (the error path logged it at debug level only); the request metrics count it as a 404.
+type dedupMiss struct {
+	status int
+	body   []byte
+}
+
+func newDedupMiss(errs *httpapi.Errors) dedupMiss {
+	err := noDedupEntry{}
+	status, code := errs.Status(err)
+	b, _ := json.Marshal(httpapi.ErrorBody{Error: httpapi.PublicMessage(status, err), Code: code})
+	return dedupMiss{status: status, body: append(b, '\n')}
+}
+
+func (m dedupMiss) write(w http.ResponseWriter) { httpapi.WriteRawJSON(w, m.status, m.body) }
 
 // noDedupEntry is the 404 of the dedup route, formatted only when its text is asked for (a
 // 404 is logged at debug level only; hf_xet sends one query per uploaded file, most of them

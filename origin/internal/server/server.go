@@ -123,6 +123,8 @@ type Server struct {
 	fresh    *readpath.Fresh    // read's Answerer
 	deps     time.Duration      // Options.DependencyTimeout in effect (<= 0: unbounded)
 	hub      *hub.Service       // nil: no Hub API
+	noEntry  dedupMiss          // the dedup route's 404 (dedup.go)
+	absent   index.DedupFilter  // nil: the index has no in-memory dedup filter
 
 	edges   *edgereg.Registry // nil: no registry (edges.go)
 	regions *regions.Map
@@ -185,6 +187,8 @@ func New(o Options) (*Server, error) {
 		em:       newEdgeMetrics(o.Registerer),
 		draining: make(chan struct{}),
 	}
+	s.noEntry = newDedupMiss(s.errs)
+	s.absent, _ = index.DedupFilterOf(o.Index)
 	s.conns = httpapi.NewConnLimiter(o.Config.Limits.MaxConnections, o.Config.Limits.MaxConnectionsPerIP)
 	s.conns.OnRefuse = s.m.connRefused.Inc
 	if o.Registerer != nil {

@@ -55,6 +55,9 @@ func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
 	if prefix != ingest.Prefix {
 		return fmt.Errorf("%w: %q", ingest.ErrBadPrefix, prefix)
 	}
+	if s.ingest.Streams() {
+		return s.postXorbStream(w, r, prefix, h) // xorbstream.go
+	}
 	body, release, err := s.readUpload(w, r, ingest.MaxXorbBody)
 	if err != nil {
 		return err

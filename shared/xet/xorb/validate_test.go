@@ -164,6 +164,15 @@ func FuzzValidate(f *testing.F) {
 		if (err1 == nil) != (err2 == nil) {
 			t.Fatalf("serial %v, parallel %v", err1, err2)
 		}
+		// The streaming validator accepts exactly the same bodies, read in uneven pieces, and
+		// writes exactly their chunk area.
+		l3, a3, wrote, err3 := streamOf(body, nil, 1+len(body)%97, 4096, 3)
+		if (err1 == nil) != (err3 == nil) {
+			t.Fatalf("Validate %v, ValidateStream %v", err1, err3)
+		}
+		if err3 != nil && !errors.Is(err3, ErrCorrupt) && !errors.Is(err3, ErrEmpty) && !errors.Is(err3, ErrTooLarge) {
+			t.Fatalf("ValidateStream: untyped error %v", err3)
+		}
 		if err1 != nil {
 			if !errors.Is(err1, ErrCorrupt) && !errors.Is(err1, ErrEmpty) && !errors.Is(err1, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err1)
@@ -173,6 +182,10 @@ func FuzzValidate(f *testing.F) {
 		if a1 != a2 || l1.Hash != l2.Hash {
 			t.Fatal("serial and parallel disagree")
 		}
+		if int64(a1) != a3 || l1.Hash != l3.Hash || !bytes.Equal(wrote, body[:a1]) {
+			t.Fatal("Validate and ValidateStream disagree")
+		}
+		assertLayoutEqual(t, l3, l1)
 		if err := l1.Verify(); err != nil {
 			t.Fatalf("validated layout does not verify: %v", err)
 		}

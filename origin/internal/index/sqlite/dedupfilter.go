@@ -234,3 +234,9 @@ func (e dedupMiss) Error() string {
 }
 
 func (dedupMiss) Unwrap() error { return index.ErrNotFound }
+
+// DedupAbsent implements index.DedupFilter: true when the filter proves chunk has no dedup
+// entry (what DedupXorbs answers with ErrNotFound without a read).
+func (db *DB) DedupAbsent(chunk hash.Hash) bool {
+	return db.read() == nil && db.dedupAbsent(&chunk)
+}

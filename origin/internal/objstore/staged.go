@@ -1,0 +1,177 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Stager is a store that takes an object whose length is not known in advance, written piece
+// by piece by the caller (Local). The origin streams xorb uploads into it while it validates
+// them, instead of holding the body in memory (docs/decisions.md, "Streamed xorb uploads").
+type Stager interface {
+	// Stage starts an object for key. Nothing is visible under key until Commit.
+	Stage(ctx context.Context, key string) (*Staged, error)
+}
+
+// StagerOf returns the Stager under s's decorators (Timeouts has nothing to bound in a write to
+// the local disk that the caller paces; Metrics counts each Commit as a Create call of the
+// object's size), or false when the store has none.
+func StagerOf(s any) (Stager, bool) {
+	var obs []func(start time.Time, err error, n int64)
+	for {
+		if st, ok := s.(Stager); ok {
+			if len(obs) == 0 {
+				return st, true
+			}
+			return observedStager{st, obs}, true
+		}
+		if m, ok := s.(*Metrics); ok {
+			obs = append(obs, func(start time.Time, err error, n int64) { m.observe("Create", start, err, n) })
+		}
+		u, ok := s.(interface{ Unwrap() ObjectStore })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+}
+
+// observedStager gives the objects it stages the observers of the Metrics layers above it.
+type observedStager struct {
+	next Stager
+	obs  []func(start time.Time, err error, n int64)
+}
+
+func (o observedStager) Stage(ctx context.Context, key string) (*Staged, error) {
+	st, err := o.next.Stage(ctx, key)
+	if st != nil {
+		st.obs = o.obs
+	}
+	return st, err
+}
+
+// Staged is an object being written: its bytes go to a temporary ".put-*" file in the key's
+// directory. Commit makes it durable and links it to the key (Create's contract: it never
+// replaces an object); Close removes the temporary name, and with it everything of an object
+// that was not committed. A Staged is used by one goroutine.
+type Staged struct {
+	l        *Local
+	key, p   string
+	tmp      string
+	f        *os.File
+	n        int64
+	synced   bool
+	writeErr error
+	obs      []func(start time.Time, err error, n int64) // Metrics layers (StagerOf)
+}
+
+var _ Stager = (*Local)(nil)
+
+// Stage implements Stager.
+func (l *Local) Stage(ctx context.Context, key string) (*Staged, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("stage %s: %w", key, err)
+	}
+	p := l.path(key)
+	if err := l.ensureDir(filepath.Dir(p)); err != nil {
+		return nil, l.ioErr("stage", key, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if err != nil {
+		return nil, l.ioErr("stage", key, err)
+	}
+	return &Staged{l: l, key: key, p: p, tmp: f.Name(), f: f}, nil
+}
+
+// Write appends to the object. Errors wrap ErrUnavailable (the disk failed).
+func (s *Staged) Write(b []byte) (int, error) {
+	if s.f == nil || s.synced {
+		return 0, fmt.Errorf("stage %s: write after commit or close", s.key)
+	}
+	n, err := s.f.Write(b)
+	s.n += int64(n)
+	if err != nil {
+		s.writeErr = s.l.ioErr("stage", s.key, err)
+		return n, s.writeErr
+	}
+	return n, nil
+}
+
+// Size is the number of bytes written.
+func (s *Staged) Size() int64 { return s.n }
+
+// Commit makes the object durable and visible under its key: it fsyncs the file, links it to
+// the key (ErrExists when the key holds an object: that object stays) and fsyncs the
+// directory. The temporary name stays until Close, so Commit may be called again to put the
+// same bytes back under the key if the object was deleted since (a deletion by garbage
+// collection racing the upload; ingest.Service.PutXorbStream).
+func (s *Staged) Commit(ctx context.Context) (err error) {
+	if len(s.obs) > 0 {
+		start := time.Now()
+		defer func() {
+			for _, o := range s.obs {
+				o(start, err, s.n)
+			}
+		}()
+	}
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	if s.tmp == "" {
+		return fmt.Errorf("create %s: commit after close", s.key)
+	}
+	if !s.synced {
+		if s.f == nil {
+			return fmt.Errorf("create %s: commit after close", s.key)
+		}
+		if err := s.f.Sync(); err != nil {
+			return s.l.ioErr("create", s.key, err)
+		}
+		err := s.f.Close()
+		s.f = nil
+		if err != nil {
+			return s.l.ioErr("create", s.key, err)
+		}
+		s.synced = true
+	}
+	if err := ctx.Err(); err != nil { // last moment to give up with nothing visible
+		return fmt.Errorf("create %s: %w", s.key, err)
+	}
+	if err := os.Link(s.tmp, s.p); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create %s: %w", s.key, ErrExists)
+		}
+		return s.l.ioErr("create", s.key, err)
+	}
+	// Visible now. As in write: a failed directory sync is reported, the object stays.
+	if err := syncDir(filepath.Dir(s.p)); err != nil {
+		return s.l.ioErr("create", s.key, err)
+	}
+	return nil
+}
+
+// Close removes the temporary name (a committed object stays under its key). It is safe to
+// call more than once.
+func (s *Staged) Close() error {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	if s.tmp == "" {
+		return nil
+	}
+	err := os.Remove(s.tmp)
+	s.tmp = ""
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return s.l.ioErr("stage", s.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/wire"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// postXorbStream is postXorb on an object store that takes streamed objects (the local disk;
+// ingest.Service.Streams): the body is validated and written to the store as it arrives, under
+// the same admission as a buffered upload (the scope's slot, the pace floor, the body deadline,
+// the size limit) but with a fixed reservation of ingest memory, xorb.StreamMemory, taken
+// before the first byte is read, instead of one that grows with the body (docs/decisions.md,
+// "Streamed xorb uploads").
+func (s *Server) postXorbStream(w http.ResponseWriter, r *http.Request, prefix string, h hash.Hash) error {
+	limit := int64(ingest.MaxXorbBody)
+	if r.ContentLength > limit {
+		return fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
+	}
+	free, err := s.admitUpload(w, r)
+	if err != nil {
+		return err
+	}
+	defer free()
+	b := &bodyReader{s: s, mem: s.ingestMu, wait: s.cfg.Limits.IngestWait.D()}
+	defer b.release()
+	if err := b.reserve(r.Context(), xorb.StreamMemory); err != nil {
+		return err
+	}
+	body := b.stream(w, r, limit)
+	inserted, err := s.ingest.PutXorbStream(r.Context(), claims(r.Context()).Scope, prefix, h, body)
+	if body.err != nil {
+		// The body failed, whatever that did to the validation: too slow, too large, cut off.
+		return b.bodyErr(body.err, body.end, int(body.n), limit)
+	}
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, wire.UploadXorbResponse{WasInserted: inserted})
+	return nil
+}
+
+// streamBody is an upload body read paced, within the body deadline and the size limit, that
+// remembers how it failed.
+type streamBody struct {
+	r   io.Reader
+	end time.Time // the body deadline
+	n   int64     // bytes read
+	err error     // the first failed read (not io.EOF)
+}
+
+// stream returns r's body as bodyReader.read reads it, for a caller that consumes it piecewise.
+func (b *bodyReader) stream(w http.ResponseWriter, r *http.Request, limit int64) *streamBody {
+	end := time.Now().Add(b.s.cfg.Limits.UploadBodyTimeout.D())
+	rc := http.NewResponseController(w)
+	pr := httpapi.NewPaceReader(http.MaxBytesReader(w, r.Body, limit), clampedDeadline{rc, end},
+		httpapi.PaceOptions{Floor: b.s.cfg.Limits.PaceFloor, Window: b.s.cfg.Limits.PaceWindow.D()})
+	return &streamBody{r: pr, end: end}
+}
+
+func (sb *streamBody) Read(p []byte) (int, error) {
+	if sb.err != nil {
+		return 0, sb.err
+	}
+	n, err := sb.r.Read(p)
+	sb.n += int64(n)
+	if err == nil && n == 0 && time.Now().After(sb.end) {
+		err = os.ErrDeadlineExceeded
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		sb.err = err
+	}
+	return n, err
+}
