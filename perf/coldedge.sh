@@ -14,7 +14,9 @@
 # {"cache": {"read_ahead_bytes": -1}}. Every revision gets its own origin (embedded defaults) and its own upload of the
 # same file; every round starts a new edge per revision and per protocol, so each edge download
 # is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
-# issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK,
+# issue's 1 GiB), ROUNDS (3), PORT_BASE (29900; keep it below Linux's ephemeral ports, 32768 up,
+# where an outgoing connection of anyone on the machine can hold a listener's port), WORK (a temp
+# dir), KEEP=1 keeps WORK,
 # SETTLE_S (40): each cold edge gets a data directory of its own, and a round's directories are
 # removed before the next round, which then waits SETTLE_S seconds (see settle below).
 #
