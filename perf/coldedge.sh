@@ -14,7 +14,11 @@
 # {"cache": {"read_ahead_bytes": -1}}. Every revision gets its own origin (embedded defaults) and its own upload of the
 # same file; every round starts a new edge per revision and per protocol, so each edge download
 # is cold. Rounds alternate the order of the revisions. Environment: SIZE_MB (256; 1024 for the
-# issue's 1 GiB), ROUNDS (3), PORT_BASE (29900), WORK (a temp dir), KEEP=1 keeps WORK.
+# issue's 1 GiB), ROUNDS (3), PORT_BASE (29900; keep it below Linux's ephemeral ports, 32768 up,
+# where an outgoing connection of anyone on the machine can hold a listener's port), WORK (a temp
+# dir), KEEP=1 keeps WORK,
+# SETTLE_S (40): each cold edge gets a data directory of its own, and a round's directories are
+# removed before the next round, which then waits SETTLE_S seconds (see settle below).
 #
 # Each edge download also reports edge_fb_ms: the edge's own mean time from a missed transfer
 # request to its first verified byte (xet_edge_datacache_miss_first_byte_seconds sum ÷ count).
@@ -217,8 +221,12 @@ hfdownload() {
 # cold NAME PROTO [hf]: a fresh edge, one download through it (with hf_xet when the third
 # argument is hf); prints the measurement line.
 cold() {
-	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3)) dir=$WORK/$1/edge
-	rm -rf "$dir"
+	local n=$1 proto=$2 client=${3:-xet} e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3)) dir
+	# A data directory of its own, removed only between rounds (settle, below): deleting the
+	# last edge's 512+ segment files right before this edge creates its own made every cold
+	# fill pay journal-less ext4's scan past recently freed inodes (perf/BENCHMARKS.md,
+	# 2026-12-02 second pass), which a fresh edge in production does not.
+	dir=$(mktemp -d "$WORK/$n/edge.XXXXXX")
 	local pub=https://${ctls[$n]}
 	[ "$proto" = tls ] || pub=http://${cedge[$n]}
 	# The edge signs its transfer URLs with --public-url: the listener under test (or the relay
@@ -307,7 +315,17 @@ out=$WORK/rounds.txt
 : >"$out"
 names=()
 for ((j = 0; j < ${#revs[@]}; j++)); do names+=("r$j"); done
+# settle: the cold edges' data directories of the last round go before the next one starts, and
+# the inodes they free are left SETTLE_S seconds (default 40) to stop counting as recently
+# deleted, so that the next round's fills do not pay for them. Keeps up to one round's edge
+# directories on disk (4 × SIZE_MB per revision with PYTHON set).
+settle() {
+	compgen -G "$WORK/r*/edge.*" >/dev/null || return 0
+	rm -rf "$WORK"/r*/edge.*
+	sleep "${SETTLE_S:-40}"
+}
 for r in $(seq "$ROUNDS"); do
+	settle
 	order=("${names[@]}")
 	if [ $((r % 2)) -eq 0 ]; then
 		order=()

@@ -364,6 +364,11 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 	return nil
 }
 
+// chunkVerifiers are the keyed BLAKE3 hashers (and decode buffers) of verifyComplete, shared by
+// all fills: one per call of verifyComplete would allocate ~10 KB per read of an origin answer
+// (perf/BENCHMARKS.md, 2026-12-02 edge CPU per cold GiB, second pass).
+var chunkVerifiers = sync.Pool{New: func() any { return new(xorb.Verifier) }}
+
 // verifyComplete verifies the chunks complete in buf, writes them out and publishes them.
 func (v *verifier) verifyComplete() error {
 	fl := v.fl
@@ -378,7 +383,10 @@ func (v *verifier) verifyComplete() error {
 	cs, ce := fl.l.ByteRange(v.chunk, end)
 	m := int(ce - cs)
 	data := v.buf[v.off : v.off+m]
-	if err := xorb.VerifyRange(data, fl.l, v.chunk, end); err != nil {
+	xv := chunkVerifiers.Get().(*xorb.Verifier)
+	err := xv.VerifyRange(data, fl.l, v.chunk, end)
+	chunkVerifiers.Put(xv)
+	if err != nil {
 		if v.out != nil {
 			fl.c.m.verifyFailures.Inc()
 		}

@@ -189,12 +189,17 @@ func (x *index) forgetLocked(e *entry) {
 // evicts least recently used segments until the budget holds. It returns the evicted count.
 func (x *index) commit(k key, tmp string) (int, error) {
 	final := x.path(k)
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return 0, err
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if err := os.Rename(tmp, final); err != nil {
+	// The rename first: its directory exists for all but the first segment of each of the 256
+	// hash prefixes (a MkdirAll before every rename was a stat per fill).
+	err := os.Rename(tmp, final)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(final), 0o755); err == nil {
+			err = os.Rename(tmp, final)
+		}
+	}
+	if err != nil {
 		return 0, err
 	}
 	if e, ok := x.entries[k]; ok { // the same verified bytes were there already; keep one entry

@@ -362,3 +362,35 @@ func FuzzUnmarshalLayout(f *testing.F) {
 		}
 	})
 }
+
+// TestVerifierReuse: one Verifier, its hasher and decode buffer kept between calls, gives the
+// same answers as VerifyRange across ranges, layouts and failures in any order: a failed call
+// (wrong content, a corrupt frame) leaves nothing behind that changes the next answer.
+func TestVerifierReuse(t *testing.T) {
+	body, l := buildBody(t, Auto, mixedChunks()...)
+	other, ol := buildBody(t, None, randomBytes(100, 1), randomBytes(100, 3))
+	s, e := l.ByteRange(1, 3)
+	bad := bytes.Clone(body[s:e])
+	bad[HeaderSize] ^= 1
+	frame := bytes.Clone(body[:l.StoredEnds[0]])
+	frame[HeaderSize] ^= 1
+	var v Verifier
+	n := uint32(l.NumChunks())
+	for a := uint32(0); a < n; a++ {
+		for b := a + 1; b <= n; b++ {
+			if err := v.VerifyRange(bad, l, 1, 3); !errors.Is(err, ErrHashMismatch) {
+				t.Fatalf("corrupt chunk: err = %v, want ErrHashMismatch", err)
+			}
+			if err := v.VerifyRange(frame, l, 0, 1); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("corrupt frame: err = %v, want ErrCorrupt", err)
+			}
+			if err := v.VerifyRange(other, ol, 0, 2); err != nil {
+				t.Fatalf("other layout: %v", err)
+			}
+			s, e := l.ByteRange(a, b)
+			if err := v.VerifyRange(body[s:e], l, a, b); err != nil {
+				t.Fatalf("[%d,%d) after other calls: %v", a, b, err)
+			}
+		}
+	}
+}

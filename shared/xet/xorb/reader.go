@@ -81,6 +81,22 @@ func (c *ChunkReader) Offset() int64 { return c.off }
 // Validate, or checked by ParseObject or UnmarshalLayout). Errors wrap ErrCorrupt, or
 // ErrHashMismatch when a chunk decodes cleanly to the wrong content.
 func VerifyRange(data []byte, l *Layout, a, b uint32) error {
+	var v Verifier
+	return v.VerifyRange(data, l, a, b)
+}
+
+// Verifier is VerifyRange with its keyed hasher and decode buffer kept between calls: a caller
+// that verifies a stream piece by piece (the edge's fills, one call per read of the origin's
+// answer) otherwise builds a BLAKE3 hasher (~10 KB) and a decode buffer per call. The zero value
+// is ready to use; a Verifier is not safe for concurrent use.
+type Verifier struct {
+	hasher *hash.Chunker
+	dec    Decoder
+	raw    []byte
+}
+
+// VerifyRange is the package's VerifyRange (same contract and errors).
+func (v *Verifier) VerifyRange(data []byte, l *Layout, a, b uint32) error {
 	if len(l.StoredEnds) != l.NumChunks() || len(l.RawEnds) != l.NumChunks() {
 		return fmt.Errorf("%w: inconsistent layout of %s", ErrCorrupt, l.Hash)
 	}
@@ -91,9 +107,9 @@ func VerifyRange(data []byte, l *Layout, a, b uint32) error {
 	if uint64(len(data)) != uint64(end-start) {
 		return fmt.Errorf("%w: range [%d,%d) of %s is %d bytes, got %d", ErrCorrupt, a, b, l.Hash, end-start, len(data))
 	}
-	var dec Decoder
-	hasher := hash.NewChunker()
-	var raw []byte
+	if v.hasher == nil {
+		v.hasher = hash.NewChunker()
+	}
 	pos := 0
 	for i := a; i < b; i++ {
 		s, r := l.ByteRange(i, i+1)
@@ -106,15 +122,15 @@ func VerifyRange(data []byte, l *Layout, a, b uint32) error {
 				ErrCorrupt, i, l.Hash, h.Size(), h.RawLen, r-s, l.RawRange(i, i+1))
 		}
 		// Stored as is: hash the payload in place instead of copying it (Check, in
-		// ParseChunkHeader, made its length the raw length). raw stays the decode buffer.
+		// ParseChunkHeader, made its length the raw length). v.raw stays the decode buffer.
 		chunk := data[pos+HeaderSize : pos+h.Size()]
 		if h.Scheme != None {
-			if raw, err = dec.DecodeChunk(raw[:0], h, chunk); err != nil {
+			if v.raw, err = v.dec.DecodeChunk(v.raw[:0], h, chunk); err != nil {
 				return fmt.Errorf("chunk %d of %s: %w", i, l.Hash, err)
 			}
-			chunk = raw
+			chunk = v.raw
 		}
-		if hasher.Sum(chunk) != l.ChunkHashes[i] {
+		if v.hasher.Sum(chunk) != l.ChunkHashes[i] {
 			return fmt.Errorf("%w: chunk %d of %s", ErrHashMismatch, i, l.Hash)
 		}
 		pos += h.Size()
