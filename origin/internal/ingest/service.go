@@ -153,6 +153,24 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	size := uint64(area + len(footer))
 	obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
 	err = s.objs.Create(ctx, XorbKey(h), obj, int64(size))
+	ins, err := s.indexStored(ctx, h, l, size, err, func() error {
+		obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
+		return s.objs.Put(ctx, XorbKey(h), obj, int64(size))
+	})
+	if err != nil {
+		return false, err
+	}
+	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
+	return ins, nil
+}
+
+// indexStored indexes xorb h (layout l, stored size) after this upload's attempt to create its
+// object, which ended with created (nil, objstore.ErrExists or a failure); rewrite stores this
+// upload's bytes again (lifecycle.go's ensureStored) should a collection delete the object before
+// the row is in. It reports whether this call inserted the row. Shared by the buffered and the
+// streamed upload.
+func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, size uint64, created error, rewrite func() error) (bool, error) {
+	err := created
 	own := err == nil // this upload wrote the object the row will describe
 	if errors.Is(err, objstore.ErrExists) {
 		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
@@ -170,15 +188,10 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
 	if ins {
-		rewrite := func() error {
-			obj := io.MultiReader(bytes.NewReader(body[:area]), bytes.NewReader(footer))
-			return s.objs.Put(ctx, XorbKey(h), obj, int64(size))
-		}
 		if err := s.ensureStored(ctx, h, own, rewrite); err != nil { // lifecycle.go
 			return false, err
 		}
 	}
-	s.bytesIn.WithLabelValues("xorb").Add(float64(len(body)))
 	return ins, nil
 }
 

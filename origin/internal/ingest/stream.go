@@ -74,32 +74,14 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
 	}
 	size := uint64(area) + uint64(len(footer))
-	err = st.Commit(ctx)
-	own := err == nil // this upload wrote the object the row will describe
-	if errors.Is(err, objstore.ErrExists) {
-		// As in PutXorb: index what the first writer stored, whoever commits the row first.
-		if indexed, err := s.indexed(ctx, h); err != nil || indexed {
-			return false, err
+	ins, err := s.indexStored(ctx, h, l, size, st.Commit(ctx), func() error {
+		if err := st.Commit(ctx); err != nil && !errors.Is(err, objstore.ErrExists) {
+			return err
 		}
-		l, size, err = s.storedLayout(ctx, h)
-	}
+		return nil
+	})
 	if err != nil {
-		return false, fmt.Errorf("store xorb %s: %w", h, err)
-	}
-	ins, err := s.idx.PutXorb(ctx, l, size)
-	if err != nil {
-		return false, fmt.Errorf("index xorb %s: %w", h, err)
-	}
-	if ins {
-		rewrite := func() error {
-			if err := st.Commit(ctx); err != nil && !errors.Is(err, objstore.ErrExists) {
-				return err
-			}
-			return nil
-		}
-		if err := s.ensureStored(ctx, h, own, rewrite); err != nil { // lifecycle.go
-			return false, err
-		}
+		return false, err
 	}
 	s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
 	return ins, nil
