@@ -86,11 +86,8 @@ func ValidateStream(r io.Reader, w io.Writer, expect *hash.Hash) (*Layout, int64
 		if err != nil {
 			return nil, 0, fmt.Errorf("chunk %d at offset %d: %w", len(leaves), pos, err)
 		}
-		if len(leaves) >= MaxChunks {
-			return nil, 0, fmt.Errorf("%w: more than %d chunks", ErrTooLarge, MaxChunks)
-		}
-		if raw+uint64(h.RawLen) > MaxRawBytes {
-			return nil, 0, fmt.Errorf("%w: more than %d raw bytes", ErrTooLarge, MaxRawBytes)
+		if err := withinLimits(h, len(leaves), raw); err != nil {
+			return nil, 0, err
 		}
 		if avail, err = s.fill(h.Size()); err != nil {
 			return nil, 0, err
@@ -106,14 +103,10 @@ func ValidateStream(r io.Reader, w io.Writer, expect *hash.Hash) (*Layout, int64
 		if !aliased {
 			scratch = out
 		}
-		ch := hasher.Sum(out)
 		s.valid += h.Size()
 		pos += int64(h.Size())
 		raw += uint64(h.RawLen)
-		l.ChunkHashes = append(l.ChunkHashes, ch)
-		l.StoredEnds = append(l.StoredEnds, uint32(pos))
-		l.RawEnds = append(l.RawEnds, uint32(raw))
-		leaves = append(leaves, hash.Leaf{Hash: ch, Size: uint64(h.RawLen)})
+		leaves = l.accept(leaves, hasher.Sum(out), h, pos, raw)
 	}
 	if len(leaves) == 0 {
 		return nil, 0, fmt.Errorf("%w: upload of %d bytes", ErrEmpty, pos)

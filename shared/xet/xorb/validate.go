@@ -68,6 +68,28 @@ func initialChunks(bodyLen int) int {
 	return min(bodyLen/HeaderSize+1, MaxChunks, 1024)
 }
 
+// withinLimits is the check a validator makes before it takes chunk h after chunks chunks of
+// raw bytes: at most MaxChunks chunks and MaxRawBytes raw bytes in one xorb.
+func withinLimits(h ChunkHeader, chunks int, raw uint64) error {
+	if chunks >= MaxChunks {
+		return fmt.Errorf("%w: more than %d chunks", ErrTooLarge, MaxChunks)
+	}
+	if raw+uint64(h.RawLen) > MaxRawBytes {
+		return fmt.Errorf("%w: more than %d raw bytes", ErrTooLarge, MaxRawBytes)
+	}
+	return nil
+}
+
+// accept records a validated chunk in the layout a serial validator builds: chunk hash ch of
+// header h, ending at stored offset end and raw offset raw. It returns leaves with the chunk's
+// Merkle leaf appended.
+func (l *Layout) accept(leaves []hash.Leaf, ch hash.Hash, h ChunkHeader, end int64, raw uint64) []hash.Leaf {
+	l.ChunkHashes = append(l.ChunkHashes, ch)
+	l.StoredEnds = append(l.StoredEnds, uint32(end))
+	l.RawEnds = append(l.RawEnds, uint32(raw))
+	return append(leaves, hash.Leaf{Hash: ch, Size: uint64(h.RawLen)})
+}
+
 // nextHeader parses the chunk header at body[pos:] for the walk over an upload. It returns
 // done=true at the end of the body or at a footer. chunks and raw are the totals so far.
 func nextHeader(body []byte, pos, chunks int, raw uint64) (h ChunkHeader, done bool, err error) {
@@ -78,11 +100,8 @@ func nextHeader(body []byte, pos, chunks int, raw uint64) (h ChunkHeader, done b
 	if err != nil {
 		return h, false, fmt.Errorf("chunk %d at offset %d: %w", chunks, pos, err)
 	}
-	if chunks >= MaxChunks {
-		return h, false, fmt.Errorf("%w: more than %d chunks", ErrTooLarge, MaxChunks)
-	}
-	if raw+uint64(h.RawLen) > MaxRawBytes {
-		return h, false, fmt.Errorf("%w: more than %d raw bytes", ErrTooLarge, MaxRawBytes)
+	if err := withinLimits(h, chunks, raw); err != nil {
+		return h, false, err
 	}
 	if h.Size() > len(body)-pos {
 		return h, false, fmt.Errorf("%w: chunk %d at offset %d: payload of %d bytes truncated to %d",
@@ -118,13 +137,9 @@ func validateSerial(body []byte) (*Layout, int, error) {
 		if !aliased {
 			scratch = out
 		}
-		ch := hasher.Sum(out)
 		pos += h.Size()
 		raw += uint64(h.RawLen)
-		l.ChunkHashes = append(l.ChunkHashes, ch)
-		l.StoredEnds = append(l.StoredEnds, uint32(pos))
-		l.RawEnds = append(l.RawEnds, uint32(raw))
-		leaves = append(leaves, hash.Leaf{Hash: ch, Size: uint64(h.RawLen)})
+		leaves = l.accept(leaves, hasher.Sum(out), h, int64(pos), raw)
 	}
 	if len(leaves) == 0 {
 		return nil, 0, fmt.Errorf("%w: upload of %d bytes", ErrEmpty, len(body))
