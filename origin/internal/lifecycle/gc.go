@@ -154,6 +154,10 @@ type Report struct {
 	// OrphansRestored: orphans put back because an upload indexed them while they were being
 	// deleted (not counted as deleted).
 	OrphansRestored int64 `json:"orphans_restored"`
+	// TempFiles: temporary files of writes a crash interrupted (a local store's ".put-*", see
+	// objstore.TempRemover), last modified before the grace period; removed unless dry run.
+	TempFiles int64  `json:"temp_files"`
+	TempBytes uint64 `json:"temp_bytes"`
 	// Dead shards (shards.go): rows scanned, newly condemned, condemned for longer than the
 	// grace period, removed from the index by this run, and their objects deleted (also in
 	// ObjectsDeleted and BytesReclaimed; an object left by a run killed before deleting it is
@@ -362,7 +366,7 @@ func GC(ctx context.Context, ix GCIndex, objs GCObjects, o GCOptions) (*Report, 
 		return rep, err
 	}
 	o.Log.InfoContext(ctx, "garbage collection done", "condemned", rep.Condemned, "revived", rep.Revived,
-		"swept", rep.Swept, "shards_swept", rep.ShardsSwept, "orphans", rep.Orphans, "hub_blobs", rep.Blobs,
+		"swept", rep.Swept, "shards_swept", rep.ShardsSwept, "orphans", rep.Orphans, "temp_files", rep.TempFiles, "hub_blobs", rep.Blobs,
 		"objects_deleted", rep.ObjectsDeleted,
 		"bytes_reclaimed", rep.BytesReclaimed, "seconds", time.Since(start).Seconds())
 	return rep, nil

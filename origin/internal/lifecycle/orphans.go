@@ -81,6 +81,18 @@ func collectOrphans(ctx context.Context, ix GCIndex, objs GCObjects, live map[ha
 			return fmt.Errorf("gc: orphans under %s: %w", prefix, err)
 		}
 	}
+	// Temporary files of writes a crash interrupted: no write lives as long as the grace period
+	// (a streamed upload's body has its deadline), so one older than the cutoff is garbage. A
+	// write whose file is removed anyway fails and is retried by its client; nothing it wrote
+	// was visible.
+	if tr, ok := objstore.TempRemoverOf(objs); ok {
+		n, b, err := tr.RemoveTemps(ctx, cutoff, o.DryRun)
+		rep.TempFiles += n
+		rep.TempBytes += uint64(b)
+		if err != nil {
+			return fmt.Errorf("gc: temporary files: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -245,3 +245,66 @@ func TestGCOrphanIndexedDuringDeletion(t *testing.T) {
 		t.Errorf("restored object: %q, %v; want %q", got.Bytes(), err, body)
 	}
 }
+
+// TestGCTempFiles: a local store's temporary file of an upload a crash interrupted, older than
+// the grace period, is reported by a dry run and removed by a real one; an upload in flight
+// keeps its file and still commits.
+func TestGCTempFiles(t *testing.T) {
+	b := orphanBackends()[0] // sqlite+local: the store with temporary files
+	ctx := t.Context()
+	ix, objs := b.open(t)
+	l := objs.(*objstore.Local)
+	stage := func(key, body string) *objstore.Staged {
+		st, err := l.Stage(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	g := indextest.NewGen(11)
+	stage(objstore.XorbKey(g.Hash()), "crashed upload") // never committed nor closed
+	var stale string
+	filepath.WalkDir(l.Root(), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			stale = p
+		}
+		return nil
+	})
+	old := time.Now().Add(-2 * b.grace)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	young := objstore.XorbKey(g.Hash())
+	inFlight := stage(young, "in flight")
+	defer inFlight.Close()
+
+	rep, err := GC(ctx, ix, objs, GCOptions{Grace: b.grace, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TempFiles != 1 || rep.TempBytes != uint64(len("crashed upload")) {
+		t.Errorf("dry run: %d temporary files of %d bytes, want 1 of %d", rep.TempFiles, rep.TempBytes, len("crashed upload"))
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Errorf("after the dry run: %v", err)
+	}
+	rep, err = GC(ctx, ix, objs, GCOptions{Grace: b.grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TempFiles != 1 || rep.TempBytes != uint64(len("crashed upload")) {
+		t.Errorf("gc: %d temporary files of %d bytes, want 1 of %d", rep.TempFiles, rep.TempBytes, len("crashed upload"))
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temporary file after gc: %v, want removed", err)
+	}
+	if err := inFlight.Commit(ctx); err != nil {
+		t.Fatalf("the upload in flight after gc: %v", err)
+	}
+	if _, err := objs.Stat(ctx, young); err != nil {
+		t.Errorf("committed after gc: %v", err)
+	}
+}

@@ -30,7 +30,9 @@ import (
 // the same but links the temporary file to the final name instead (link(2) fails with EEXIST
 // when the name exists, atomically, also between processes) and then removes the temporary
 // name, so the root must be on a file system with hard links. A crash mid-Put can leave a
-// ".put-*" file behind: it is garbage, visible under no key, and may be removed by hand.
+// ".put-*" file behind (a staged object's lives while its upload streams in): it is garbage,
+// visible under no key, and the garbage collector removes it once it is older than its grace
+// period (RemoveTemps, staged.go).
 type Local struct {
 	root string
 

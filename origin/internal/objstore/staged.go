@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -174,4 +175,69 @@ func (s *Staged) Close() error {
 		return s.l.ioErr("stage", s.key, err)
 	}
 	return nil
+}
+
+// TempRemover is a store whose writes go through temporary files a crash can leave behind
+// (Local's ".put-*": a streamed upload's lives as long as its body takes to arrive). The garbage
+// collector's orphan pass removes those older than its cutoff, far beyond any write's life.
+type TempRemover interface {
+	// RemoveTemps removes (dry run: only counts) the temporary files last modified before
+	// before; it reports how many and their bytes. A file that vanishes meanwhile (its write
+	// finished) is not counted.
+	RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error)
+}
+
+// TempRemoverOf returns the TempRemover under s's decorators, or false when the store has none.
+func TempRemoverOf(s any) (TempRemover, bool) {
+	for {
+		if tr, ok := s.(TempRemover); ok {
+			return tr, true
+		}
+		u, ok := s.(interface{ Unwrap() ObjectStore })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+}
+
+var _ TempRemover = (*Local)(nil)
+
+// RemoveTemps implements TempRemover: the ".put-*" files anywhere under the root.
+func (l *Local) RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error) {
+	err = filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return l.ioErr("remove temporary files under", l.root, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("remove temporary files: %w", err)
+		}
+		if d.IsDir() || !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), ".put-") {
+			return nil
+		}
+		fi, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return l.ioErr("remove temporary files under", l.root, err)
+		}
+		if !fi.ModTime().Before(before) {
+			return nil
+		}
+		if !dryRun {
+			if err := os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+				return nil
+			} else if err != nil {
+				return l.ioErr("remove temporary files under", l.root, err)
+			}
+		}
+		files++
+		bytes += fi.Size()
+		return nil
+	})
+	return files, bytes, err
 }

@@ -157,3 +157,82 @@ func createCalls(t *testing.T, reg *prometheus.Registry) uint64 {
 	}
 	return n
 }
+
+// TestRemoveTemps: the temporary file of a write a crash interrupted (a staged object never
+// committed nor closed), older than the cutoff, is counted by a dry run and removed by a real
+// one, through the store's decorators; a younger one (a write in flight) and committed objects
+// stay, and the write in flight still commits.
+func TestRemoveTemps(t *testing.T) {
+	ctx := context.Background()
+	l, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := objstore.NewMetrics(l, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := objstore.NewTimeouts(m, objstore.TimeoutOptions{Timeout: 30 * time.Second, LocalBodies: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := objstore.TempRemoverOf(to)
+	if !ok {
+		t.Fatal("TempRemoverOf: no TempRemover under Timeouts and Metrics")
+	}
+	if _, ok := objstore.TempRemoverOf(struct{ objstore.ObjectStore }{to}); ok {
+		t.Error("TempRemoverOf found a remover behind a store that does not unwrap")
+	}
+
+	stage := func(key, body string) *objstore.Staged {
+		st, err := l.Stage(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	stage("xorbs/default/aa01", "interrupted write") // never committed nor closed: a crash
+	before := putFiles(t, l.Root())
+	if len(before) != 1 {
+		t.Fatalf("temporary files after one stage: %v", before)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(before[0], old, old); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := stage("xorbs/default/bb02", "in flight")
+	defer inFlight.Close()
+	if err := l.Put(ctx, "xorbs/default/cc03", strings.NewReader("stored"), 6); err != nil {
+		t.Fatal(err)
+	}
+
+	cutoff := time.Now().Add(-time.Hour)
+	n, b, err := tr.RemoveTemps(ctx, cutoff, true)
+	if err != nil || n != 1 || b != int64(len("interrupted write")) {
+		t.Fatalf("dry run: %d files, %d bytes, %v; want 1 file of %d bytes", n, b, err, len("interrupted write"))
+	}
+	if got := putFiles(t, l.Root()); len(got) != 2 {
+		t.Fatalf("after the dry run: %v, want both temporary files", got)
+	}
+	n, b, err = tr.RemoveTemps(ctx, cutoff, false)
+	if err != nil || n != 1 || b != int64(len("interrupted write")) {
+		t.Fatalf("real run: %d files, %d bytes, %v; want 1 file of %d bytes", n, b, err, len("interrupted write"))
+	}
+	if got := putFiles(t, l.Root()); len(got) != 1 || got[0] == before[0] {
+		t.Fatalf("after the real run: %v, want only the write in flight's", got)
+	}
+	if err := inFlight.Commit(ctx); err != nil {
+		t.Fatalf("the write in flight after the sweep: %v", err)
+	}
+	for _, k := range []string{"xorbs/default/bb02", "xorbs/default/cc03"} {
+		if _, err := l.Stat(ctx, k); err != nil {
+			t.Errorf("%s after the sweep: %v", k, err)
+		}
+	}
+	if n, _, err := tr.RemoveTemps(ctx, cutoff, false); err != nil || n != 0 {
+		t.Errorf("second run: %d files, %v; want none", n, err)
+	}
+}
