@@ -1,6 +1,0 @@
-//go:build race
-
-package datacache
-
-// raceEnabled: the tests run under the race detector.
-const raceEnabled = true
