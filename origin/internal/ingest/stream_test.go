@@ -6,9 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -17,20 +15,11 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// tempFiles lists the ".put-*" files under root: what an upload left behind.
-func tempFiles(t *testing.T, root string) []string {
+// tempFiles lists the ".put-*" files of the local store st: what an upload left behind.
+func tempFiles(t *testing.T, st objstore.ObjectStore) []string {
 	t.Helper()
 	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(d.Name(), ".put-") {
-			out = append(out, p)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := st.(*objstore.Local).TempFiles(t.Context(), func(p string, _ fs.FileInfo) error { out = append(out, p); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -71,7 +60,7 @@ func TestPutXorbStreamEncodingRace(t *testing.T) {
 		}
 		checkServable(t, db, st, h, chunks)
 	}
-	if left := tempFiles(t, st.(*objstore.Local).Root()); len(left) > 0 {
+	if left := tempFiles(t, st); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
@@ -113,7 +102,7 @@ func TestPutXorbStreamRejectsLeaveNoTrace(t *testing.T) {
 			if _, err := st.Stat(ctx, XorbKey(h)); !errors.Is(err, objstore.ErrNotFound) {
 				t.Fatalf("object after a rejected upload: %v", err)
 			}
-			if left := tempFiles(t, st.(*objstore.Local).Root()); len(left) > 0 {
+			if left := tempFiles(t, st); len(left) > 0 {
 				t.Fatalf("temporary files left: %v", left)
 			}
 		})
@@ -122,7 +111,7 @@ func TestPutXorbStreamRejectsLeaveNoTrace(t *testing.T) {
 	if ins, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, bytes.NewReader(body)); err != nil || !ins {
 		t.Fatalf("valid upload after the rejects: inserted %v, %v", ins, err)
 	}
-	if left := tempFiles(t, st.(*objstore.Local).Root()); len(left) > 0 {
+	if left := tempFiles(t, st); len(left) > 0 {
 		t.Fatalf("temporary files left after a stored upload: %v", left)
 	}
 }
@@ -140,7 +129,7 @@ func TestPutXorbStreamRestoresCollected(t *testing.T) {
 		t.Fatalf("upload: inserted %v, %v", ins, err)
 	}
 	checkServable(t, db, st, h, chunks)
-	if left := tempFiles(t, st.(*objstore.Local).Root()); len(left) > 0 {
+	if left := tempFiles(t, st); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }

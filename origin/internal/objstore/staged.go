@@ -203,17 +203,20 @@ func TempRemoverOf(s any) (TempRemover, bool) {
 
 var _ TempRemover = (*Local)(nil)
 
-// RemoveTemps implements TempRemover: the ".put-*" files anywhere under the root.
-func (l *Local) RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error) {
-	err = filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+// TempFiles calls fn for each temporary ".put-*" file under the root (writes in flight and
+// those a crash interrupted), with its path and what Lstat said; a file that vanishes meanwhile
+// is skipped. An error of fn stops the walk and is returned.
+func (l *Local) TempFiles(ctx context.Context, fn func(path string, fi fs.FileInfo) error) error {
+	var fnErr error
+	err := filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
-			return l.ioErr("remove temporary files under", l.root, err)
+			return l.ioErr("list temporary files under", l.root, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("remove temporary files: %w", err)
+			return fmt.Errorf("list temporary files: %w", err)
 		}
 		if d.IsDir() || !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), ".put-") {
 			return nil
@@ -223,8 +226,23 @@ func (l *Local) RemoveTemps(ctx context.Context, before time.Time, dryRun bool) 
 			return nil
 		}
 		if err != nil {
-			return l.ioErr("remove temporary files under", l.root, err)
+			return l.ioErr("list temporary files under", l.root, err)
 		}
+		if err := fn(p, fi); err != nil {
+			fnErr = err
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+// RemoveTemps implements TempRemover with TempFiles.
+func (l *Local) RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error) {
+	err = l.TempFiles(ctx, func(p string, fi fs.FileInfo) error {
 		if !fi.ModTime().Before(before) {
 			return nil
 		}

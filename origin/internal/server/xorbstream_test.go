@@ -5,7 +5,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +20,7 @@ import (
 func localTempFiles(t *testing.T, e *env) []string {
 	t.Helper()
 	var out []string
-	root := e.objs.(*objstore.Local).Root()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(d.Name(), ".put-") {
-			out = append(out, p)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := e.objs.(*objstore.Local).TempFiles(t.Context(), func(p string, _ fs.FileInfo) error { out = append(out, p); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return out
