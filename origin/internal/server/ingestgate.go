@@ -124,16 +124,22 @@ func (c clampedDeadline) SetReadDeadline(t time.Time) error {
 	return c.rc.SetReadDeadline(t)
 }
 
+// paced returns r's body (at most limit bytes) read under the pace floor, and the body deadline
+// its reads are held to (limits.upload_body_timeout from now).
+func (b *bodyReader) paced(w http.ResponseWriter, r *http.Request, limit int64) (io.Reader, time.Time) {
+	end := time.Now().Add(b.s.cfg.Limits.UploadBodyTimeout.D())
+	rc := http.NewResponseController(w)
+	return httpapi.NewPaceReader(http.MaxBytesReader(w, r.Body, limit), clampedDeadline{rc, end},
+		httpapi.PaceOptions{Floor: b.s.cfg.Limits.PaceFloor, Window: b.s.cfg.Limits.PaceWindow.D()}), end
+}
+
 // read reads the body of r (at most limit bytes), paced, within the body deadline, into a
 // buffer whose every byte of capacity is reserved. On error nothing stays reserved.
 func (b *bodyReader) read(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
 	}
-	end := time.Now().Add(b.s.cfg.Limits.UploadBodyTimeout.D())
-	rc := http.NewResponseController(w)
-	pr := httpapi.NewPaceReader(http.MaxBytesReader(w, r.Body, limit), clampedDeadline{rc, end},
-		httpapi.PaceOptions{Floor: b.s.cfg.Limits.PaceFloor, Window: b.s.cfg.Limits.PaceWindow.D()})
+	pr, end := b.paced(w, r, limit)
 	// The most the body can be: its declared length (a longer body fails on the connection),
 	// else limit. Capacity grows geometrically up to it, each step reserved before it is made:
 	// doubling when the length is unknown (the reservation never exceeds twice what arrived),

@@ -20,6 +20,22 @@ import (
 // memory as the body grows, never by its declared length. The caller must call release when
 // done with the body; on error nothing is held.
 func (s *Server) readUpload(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	b, done, err := s.admitBody(w, r, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	body, err = b.read(w, r, limit)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return body, done, nil
+}
+
+// admitBody refuses a body declared longer than limit and takes the scope's upload slot
+// (admitUpload); the bodyReader it returns reserves ingest memory, and done releases both. Shared
+// by buffered uploads (readUpload) and streamed ones (postXorbStream).
+func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, limit int64) (b *bodyReader, done func(), err error) {
 	if r.ContentLength > limit {
 		return nil, nil, fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
 	}
@@ -27,14 +43,8 @@ func (s *Server) readUpload(w http.ResponseWriter, r *http.Request, limit int64)
 	if err != nil {
 		return nil, nil, err
 	}
-	b := &bodyReader{s: s, mem: s.ingestMu, wait: s.cfg.Limits.IngestWait.D()}
-	body, err = b.read(w, r, limit)
-	if err != nil {
-		b.release()
-		free()
-		return nil, nil, err
-	}
-	return body, func() { b.release(); free() }, nil
+	b = &bodyReader{s: s, mem: s.ingestMu, wait: s.cfg.Limits.IngestWait.D()}
+	return b, func() { b.release(); free() }, nil
 }
 
 func pathHash(r *http.Request, name string) (hash.Hash, error) {

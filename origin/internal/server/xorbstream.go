@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -23,16 +22,11 @@ import (
 // "Streamed xorb uploads").
 func (s *Server) postXorbStream(w http.ResponseWriter, r *http.Request, prefix string, h hash.Hash) error {
 	limit := int64(ingest.MaxXorbBody)
-	if r.ContentLength > limit {
-		return fmt.Errorf("%w: %d bytes, limit %d", httpapi.ErrTooLarge, r.ContentLength, limit)
-	}
-	free, err := s.admitUpload(w, r)
+	b, done, err := s.admitBody(w, r, limit)
 	if err != nil {
 		return err
 	}
-	defer free()
-	b := &bodyReader{s: s, mem: s.ingestMu, wait: s.cfg.Limits.IngestWait.D()}
-	defer b.release()
+	defer done()
 	if err := b.reserve(r.Context(), xorb.StreamMemory); err != nil {
 		return err
 	}
@@ -60,10 +54,7 @@ type streamBody struct {
 
 // stream returns r's body as bodyReader.read reads it, for a caller that consumes it piecewise.
 func (b *bodyReader) stream(w http.ResponseWriter, r *http.Request, limit int64) *streamBody {
-	end := time.Now().Add(b.s.cfg.Limits.UploadBodyTimeout.D())
-	rc := http.NewResponseController(w)
-	pr := httpapi.NewPaceReader(http.MaxBytesReader(w, r.Body, limit), clampedDeadline{rc, end},
-		httpapi.PaceOptions{Floor: b.s.cfg.Limits.PaceFloor, Window: b.s.cfg.Limits.PaceWindow.D()})
+	pr, end := b.paced(w, r, limit)
 	return &streamBody{r: pr, end: end}
 }
 
