@@ -100,7 +100,9 @@ func (l *Local) Create(ctx context.Context, key string, r io.Reader, size int64)
 	return l.write(ctx, "create", key, r, size)
 }
 
-// write is Put (op "put": rename over the key) and Create (op "create": link to the key).
+// write is Put (op "put": rename over the key) and Create (op "create": link to the key), both
+// through a Staged object (staged.go): a temporary file, fsynced, then renamed or linked, and the
+// directory fsynced.
 func (l *Local) write(ctx context.Context, op, key string, r io.Reader, size int64) (err error) {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -108,65 +110,31 @@ func (l *Local) write(ctx context.Context, op, key string, r io.Reader, size int
 	if size < 0 {
 		return fmt.Errorf("%s %s: %w: negative size %d", op, key, ErrSize, size)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s %s: %w", op, key, err)
-	}
-	p := l.path(key)
-	dir := filepath.Dir(p)
-	if err := l.ensureDir(dir); err != nil {
-		return l.ioErr(op, key, err)
-	}
-	f, err := os.CreateTemp(dir, ".put-*")
+	st, err := l.stage(ctx, op, op, key)
 	if err != nil {
-		return l.ioErr(op, key, err)
+		return err
 	}
-	tmp := f.Name()
 	defer func() {
-		if err != nil {
-			f.Close() // may already be closed; the error is of no interest then
-			os.Remove(tmp)
+		// The temporary name goes in every case (with a crash before it does, it stays behind
+		// as garbage like any ".put-*" file); after a rename there is none.
+		if cerr := st.Close(); err == nil && cerr != nil {
+			err = cerr
 		}
 	}()
 
 	src := newExactReader(ctx, r, size)
 	buf := make([]byte, min(max(size, 512), localCopyBuf))
-	_, cerr := io.CopyBuffer(writerOnly{f}, src, buf)
+	_, cerr := io.CopyBuffer(writerOnly{st.f}, src, buf)
 	if err := src.done(); err != nil { // the body's fault (or the caller's ctx), not the store's
 		return fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	if cerr != nil {
 		return l.ioErr(op, key, cerr)
 	}
-	if err := f.Sync(); err != nil {
-		return l.ioErr(op, key, err)
-	}
-	if err := f.Close(); err != nil {
-		return l.ioErr(op, key, err)
-	}
-	if err := ctx.Err(); err != nil { // last moment to give up with nothing visible
-		return fmt.Errorf("%s %s: %w", op, key, err)
-	}
 	if op == "create" {
-		if err := os.Link(tmp, p); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("%s %s: %w", op, key, ErrExists)
-			}
-			return l.ioErr(op, key, err)
-		}
-		// The object is visible under both names now; the temporary one goes (and with a
-		// crash before it does, it stays behind as garbage like any ".put-*" file).
-		if err := os.Remove(tmp); err != nil {
-			return l.ioErr(op, key, err)
-		}
-	} else if err := os.Rename(tmp, p); err != nil {
-		return l.ioErr(op, key, err)
+		return st.Commit(ctx)
 	}
-	// From here the object is visible. A failed directory sync is reported, but the object is
-	// left in place: removing it could drop an older, durable copy of the same content.
-	if err := syncDir(dir); err != nil {
-		return l.ioErr(op, key, err)
-	}
-	return nil
+	return st.replace(ctx)
 }
 
 // Get implements ObjectStore. The reader is an *os.File.

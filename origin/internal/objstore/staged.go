@@ -62,6 +62,8 @@ func (o observedStager) Stage(ctx context.Context, key string) (*Staged, error) 
 // that was not committed. A Staged is used by one goroutine.
 type Staged struct {
 	l        *Local
+	stageOp  string // in the errors of Write and Close
+	op       string // in the errors of Commit and replace
 	key, p   string
 	tmp      string
 	f        *os.File
@@ -75,32 +77,38 @@ var _ Stager = (*Local)(nil)
 
 // Stage implements Stager.
 func (l *Local) Stage(ctx context.Context, key string) (*Staged, error) {
+	return l.stage(ctx, "stage", "create", key)
+}
+
+// stage starts a staged object for key; errors of this step name op, those of its commit
+// commitOp (Stage: "stage" and "create"; write: its own op for both).
+func (l *Local) stage(ctx context.Context, op, commitOp, key string) (*Staged, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("stage %s: %w", key, err)
+		return nil, fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	p := l.path(key)
 	if err := l.ensureDir(filepath.Dir(p)); err != nil {
-		return nil, l.ioErr("stage", key, err)
+		return nil, l.ioErr(op, key, err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
 	if err != nil {
-		return nil, l.ioErr("stage", key, err)
+		return nil, l.ioErr(op, key, err)
 	}
-	return &Staged{l: l, key: key, p: p, tmp: f.Name(), f: f}, nil
+	return &Staged{l: l, stageOp: op, op: commitOp, key: key, p: p, tmp: f.Name(), f: f}, nil
 }
 
 // Write appends to the object. Errors wrap ErrUnavailable (the disk failed).
 func (s *Staged) Write(b []byte) (int, error) {
 	if s.f == nil || s.synced {
-		return 0, fmt.Errorf("stage %s: write after commit or close", s.key)
+		return 0, fmt.Errorf("%s %s: write after commit or close", s.stageOp, s.key)
 	}
 	n, err := s.f.Write(b)
 	s.n += int64(n)
 	if err != nil {
-		s.writeErr = s.l.ioErr("stage", s.key, err)
+		s.writeErr = s.l.ioErr(s.stageOp, s.key, err)
 		return n, s.writeErr
 	}
 	return n, nil
@@ -123,38 +131,65 @@ func (s *Staged) Commit(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	if err := s.sync(ctx); err != nil {
+		return err
+	}
+	if err := os.Link(s.tmp, s.p); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s %s: %w", s.op, s.key, ErrExists)
+		}
+		return s.l.ioErr(s.op, s.key, err)
+	}
+	// Visible now. As in replace: a failed directory sync is reported, the object stays.
+	if err := syncDir(filepath.Dir(s.p)); err != nil {
+		return s.l.ioErr(s.op, s.key, err)
+	}
+	return nil
+}
+
+// replace is Commit for Put: the file is renamed over the key (replacing an object there), so
+// nothing is left for Close to remove.
+func (s *Staged) replace(ctx context.Context) error {
+	if err := s.sync(ctx); err != nil {
+		return err
+	}
+	if err := os.Rename(s.tmp, s.p); err != nil {
+		return s.l.ioErr(s.op, s.key, err)
+	}
+	s.tmp = "" // the name is the key's now
+	// From here the object is visible. A failed directory sync is reported, but the object is
+	// left in place: removing it could drop an older, durable copy of the same content.
+	if err := syncDir(filepath.Dir(s.p)); err != nil {
+		return s.l.ioErr(s.op, s.key, err)
+	}
+	return nil
+}
+
+// sync makes the written bytes durable (once) and is the last moment to give up with nothing
+// visible: it fails when ctx has ended.
+func (s *Staged) sync(ctx context.Context) error {
 	if s.writeErr != nil {
 		return s.writeErr
 	}
 	if s.tmp == "" {
-		return fmt.Errorf("create %s: commit after close", s.key)
+		return fmt.Errorf("%s %s: commit after close", s.op, s.key)
 	}
 	if !s.synced {
 		if s.f == nil {
-			return fmt.Errorf("create %s: commit after close", s.key)
+			return fmt.Errorf("%s %s: commit after close", s.op, s.key)
 		}
 		if err := s.f.Sync(); err != nil {
-			return s.l.ioErr("create", s.key, err)
+			return s.l.ioErr(s.op, s.key, err)
 		}
 		err := s.f.Close()
 		s.f = nil
 		if err != nil {
-			return s.l.ioErr("create", s.key, err)
+			return s.l.ioErr(s.op, s.key, err)
 		}
 		s.synced = true
 	}
-	if err := ctx.Err(); err != nil { // last moment to give up with nothing visible
-		return fmt.Errorf("create %s: %w", s.key, err)
-	}
-	if err := os.Link(s.tmp, s.p); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create %s: %w", s.key, ErrExists)
-		}
-		return s.l.ioErr("create", s.key, err)
-	}
-	// Visible now. As in write: a failed directory sync is reported, the object stays.
-	if err := syncDir(filepath.Dir(s.p)); err != nil {
-		return s.l.ioErr("create", s.key, err)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", s.op, s.key, err)
 	}
 	return nil
 }
@@ -172,7 +207,7 @@ func (s *Staged) Close() error {
 	err := os.Remove(s.tmp)
 	s.tmp = ""
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return s.l.ioErr("stage", s.key, err)
+		return s.l.ioErr(s.stageOp, s.key, err)
 	}
 	return nil
 }
