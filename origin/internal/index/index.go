@@ -108,6 +108,14 @@ type Registration struct {
 	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
 	// A known shard keeps its first body.
 	Body []byte
+	// Inherit lists chunks (the first chunks of the shard's files) whose current dedup entries
+	// the registration takes over and whose offered xorbs it keeps offering: what
+	// DedupXorbsOf(Inherit) returns when the registration is committed is appended to Xorbs,
+	// skipping xorbs already there, at most InheritMax of them. The backend looks them up with
+	// the registration (Postgres: one lookup for a whole registration batch) instead of the
+	// caller making a round trip of its own per shard.
+	Inherit    []hash.Hash
+	InheritMax int
 }
 
 // Event is one visibility revocation, in the order edges must apply them.
@@ -255,6 +263,36 @@ type Batch struct {
 	// Refs are the xorbs the files' terms reference, sorted, unique: the registration revives
 	// the condemned ones and is refused if one was swept (index.Lifecycle).
 	Refs []hash.Hash
+	// Inherit and InheritMax are Registration's: the implementation looks up
+	// DedupXorbsOf(Inherit) and passes the answer to AddInherited before writing Xorbs.
+	Inherit    []hash.Hash
+	InheritMax int
+	own        int // len(Xorbs) before AddInherited
+}
+
+// AddInherited appends to b.Xorbs the xorbs of inherited (DedupXorbsOf(b.Inherit)) it does
+// not hold yet, in order, at most b.InheritMax of them (Registration.Inherit). Called again
+// (a retried batch), it replaces what the previous call added.
+func (b *Batch) AddInherited(inherited []hash.Hash) {
+	b.Xorbs = b.Xorbs[:b.own]
+	if len(inherited) == 0 || b.InheritMax <= 0 {
+		return
+	}
+	seen := make(map[hash.Hash]bool, len(b.Xorbs)/hash.Size+b.InheritMax)
+	for i := 0; i+hash.Size <= len(b.Xorbs); i += hash.Size {
+		seen[hash.Hash(b.Xorbs[i:i+hash.Size])] = true
+	}
+	added := 0
+	for _, x := range inherited {
+		if added == b.InheritMax {
+			return
+		}
+		if !seen[x] {
+			seen[x] = true
+			b.Xorbs = append(b.Xorbs, x[:]...)
+			added++
+		}
+	}
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
@@ -282,6 +320,8 @@ func NewBatch(r *Registration) (*Batch, error) {
 		Records:    make([][]byte, len(files)),
 		Dedup:      SortedUnique(r.Dedup),
 		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
+		Inherit:    r.Inherit,
+		InheritMax: r.InheritMax,
 	}
 	if len(r.Body) > 0 {
 		b.Body = r.Body
@@ -308,6 +348,7 @@ func NewBatch(r *Registration) (*Batch, error) {
 		seen[x] = struct{}{}
 		b.Xorbs = append(b.Xorbs, x[:]...)
 	}
+	b.own = len(b.Xorbs)
 	return b, nil
 }
 

@@ -587,7 +587,6 @@ func (db *DB) register(ops []*regOp) {
 	if len(live) == 0 {
 		return
 	}
-	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
 	var refs []hash.Hash
@@ -597,7 +596,7 @@ func (db *DB) register(ops []*regOp) {
 	refs = index.SortedUnique(refs)
 	var newShards map[hash.Hash]bool
 	err := db.retry(ctx, func() (err error) {
-		newShards, err = db.registerTx(ctx, refs, args) // lifecycle.go
+		newShards, err = db.registerTx(ctx, refs, live) // lifecycle.go
 		return err
 	})
 	if err != nil {
@@ -804,8 +803,22 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 // dedupOf looks up the entries of chunks (sorted, unique) and which of the xorbs they offer are
 // condemned or swept: two round trips when an entry offers xorbs, else one.
 func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]hash.Hash, map[hash.Hash]bool, error) {
-	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
 	batch := &pgx.Batch{}
+	offers := queueDedupEntries(batch, chunks)
+	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, nil, err
+	}
+	gone, err := collectedOf(ctx, db.pool, offers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return offers, gone, nil
+}
+
+// queueDedupEntries queues the lookup of the entry of each of chunks (sorted, unique) in batch;
+// once the batch has run, the returned map holds what each entry found offers.
+func queueDedupEntries(batch *pgx.Batch, chunks []hash.Hash) map[hash.Hash][]hash.Hash {
+	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
 	for _, c := range chunks {
 		batch.Queue(qDedupEntry, c[:]).QueryRow(func(row pgx.Row) error {
 			var xs []byte
@@ -822,30 +835,38 @@ func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]
 			return nil
 		})
 	}
-	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, nil, err
-	}
+	return offers
+}
+
+// querier is what collectedOf needs of a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// collectedOf returns which of the xorbs offers offer are condemned or swept: one round trip,
+// none when they offer nothing.
+func collectedOf(ctx context.Context, q querier, offers map[hash.Hash][]hash.Hash) (map[hash.Hash]bool, error) {
 	var all []hash.Hash
 	for _, xs := range offers {
 		all = append(all, xs...)
 	}
 	if len(all) == 0 {
-		return offers, nil, nil
+		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
+	rows, err := q.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer rows.Close()
 	hs, err := scanHashes(rows)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	gone := make(map[hash.Hash]bool, len(hs))
 	for _, h := range hs {
 		gone[h] = true
 	}
-	return offers, gone, nil
+	return gone, nil
 }
 
 // ShardBody implements index.ShardBodies.

@@ -490,6 +490,15 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	if err != nil {
 		return false, err
 	}
+	if len(b.Inherit) > 0 {
+		// Before the write transaction, as a caller's own DedupXorbsOf would be: one writer,
+		// and the lookup reads through the read pool.
+		xs, err := db.DedupXorbsOf(ctx, b.Inherit)
+		if err != nil {
+			return false, fmt.Errorf("register shard %s: dedup entries of %d file starts: %w", r.Shard, len(b.Inherit), err)
+		}
+		b.AddInherited(xs)
+	}
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		inserted = false // a retried closure must not keep a stale answer
