@@ -564,6 +564,15 @@ func testInherit(t *testing.T, ix index.Index) {
 	if xs, err := ix.DedupXorbs(ctx, a.Dedup[0]); err != nil || !slices.Equal(xs, d.Xorbs) {
 		t.Fatalf("DedupXorbs after d (InheritMax 0) = %v, %v; want only d's %v", xs, err, d.Xorbs)
 	}
+	// Many chunks to inherit (Postgres looks up 16 or more with one statement), most without
+	// an entry: the entries found, in the order of Inherit.
+	e := g.Registration("models/other/inh-e", 1, 1, 1)
+	e.Inherit, e.InheritMax = append(g.Hashes(18), a.Dedup[1], b.Dedup[0]), 10
+	mustRegister(t, ix, e, true)
+	want = append([]hash.Hash{e.Xorbs[0]}, want...) // c's list (a.Dedup[1]); b's adds nothing new
+	if xs, err := ix.DedupXorbs(ctx, e.Dedup[0]); err != nil || !slices.Equal(xs, want) {
+		t.Fatalf("DedupXorbs after e inherited 20 chunks' entries = %v, %v; want %v", xs, err, want)
+	}
 }
 
 // testConcurrentInherit: registrations from several scopes at once, each taking over the same

@@ -318,7 +318,11 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// custom plan for an array of known length always looks cheaper than the generic plan — and
 	// planning it cost more than running it; forced onto a generic plan, the plan cached while
 	// the tables were small kept scanning them as they grew.)
-	qDedupEntry  = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
+	qDedupEntry = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
+	// qDedupEntries is qDedupEntry for many chunks at once: a registration batch's file starts
+	// (at least dedupArrayMin of them). It is planned at every call, which for tens of chunks
+	// costs less than one statement each (queueDedupEntries).
+	qDedupEntries = `SELECT d.chunk, s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ANY($1::bytea[])`
 	qCollectedOf = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
 	qEvents      = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
 	qBody        = `SELECT body FROM shards WHERE hash = $1`
@@ -815,10 +819,34 @@ func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]
 	return offers, gone, nil
 }
 
+// dedupArrayMin is the fewest chunks queueDedupEntries looks up with one qDedupEntries rather
+// than one qDedupEntry each: planning the array form at every call costs about what four or
+// five primary-key statements do (docs/decisions.md, 2026-12-02 "Shard registration ...").
+const dedupArrayMin = 16
+
 // queueDedupEntries queues the lookup of the entry of each of chunks (sorted, unique) in batch;
 // once the batch has run, the returned map holds what each entry found offers.
 func queueDedupEntries(batch *pgx.Batch, chunks []hash.Hash) map[hash.Hash][]hash.Hash {
 	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
+	if len(chunks) >= dedupArrayMin {
+		batch.Queue(qDedupEntries, hashArgs(chunks)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k, xs []byte
+				if err := rows.Scan(&k, &xs); err != nil {
+					return err
+				}
+				c, err := index.HashFromBytes(k)
+				if err != nil {
+					return err
+				}
+				if offers[c], err = index.SplitHashes(xs); err != nil {
+					return fmt.Errorf("dedup %s: %w", c, err)
+				}
+			}
+			return rows.Err()
+		})
+		return offers
+	}
 	for _, c := range chunks {
 		batch.Queue(qDedupEntry, c[:]).QueryRow(func(row pgx.Row) error {
 			var xs []byte
