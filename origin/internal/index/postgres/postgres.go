@@ -323,9 +323,9 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// (at least dedupArrayMin of them). It is planned at every call, which for tens of chunks
 	// costs less than one statement each (queueDedupEntries).
 	qDedupEntries = `SELECT d.chunk, s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ANY($1::bytea[])`
-	qCollectedOf = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
-	qEvents      = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
-	qBody        = `SELECT body FROM shards WHERE hash = $1`
+	qCollectedOf  = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
+	qEvents       = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody         = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
