@@ -116,7 +116,17 @@ type Registration struct {
 	// caller making a round trip of its own per shard.
 	Inherit    []hash.Hash
 	InheritMax int
+	// Require, when not empty, lists xorbs Scope must possess (Possessed) for the registration
+	// to commit. The backend checks them with the registration (Postgres: one statement for a
+	// whole batch, in its transaction); when one is missing nothing is registered and the error
+	// wraps ErrNotPossessed. Ingest sends the xorbs a shard references in place of a Possessed
+	// lookup of its own, and runs the full possession check when this fails.
+	Require []hash.Hash
 }
+
+// ErrNotPossessed is returned by RegisterShard when the scope does not possess a xorb of
+// Registration.Require.
+var ErrNotPossessed = errors.New("index: scope does not possess a required xorb")
 
 // Event is one visibility revocation, in the order edges must apply them.
 type Event struct {
@@ -267,7 +277,8 @@ type Batch struct {
 	// DedupXorbsOf(Inherit) and passes the answer to AddInherited before writing Xorbs.
 	Inherit    []hash.Hash
 	InheritMax int
-	own        int // len(Xorbs) before AddInherited
+	Require    []hash.Hash // Registration.Require, sorted, unique
+	own        int         // len(Xorbs) before AddInherited
 }
 
 // AddInherited appends to b.Xorbs the xorbs of inherited (DedupXorbsOf(b.Inherit)) it does
@@ -322,6 +333,7 @@ func NewBatch(r *Registration) (*Batch, error) {
 		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
 		Inherit:    r.Inherit,
 		InheritMax: r.InheritMax,
+		Require:    SortedUnique(r.Require),
 	}
 	if len(r.Body) > 0 {
 		b.Body = r.Body

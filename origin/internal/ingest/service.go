@@ -294,7 +294,17 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	if err != nil {
 		return false, err
 	}
-	files, layouts, err := s.check(ctx, scope, sh, progress)
+	// First as if scope possessed every xorb the shard references, which the registration then
+	// requires (index.Registration.Require: checked in its transaction, no lookup of its own).
+	// Should this check fail, or the registration find a xorb not possessed, the full check
+	// (checkPossession first) runs and its answer is the one given; it reports no progress
+	// (the client saw the validation through once).
+	require := true
+	files, layouts, err := s.check(ctx, scope, sh, progress, true)
+	if err != nil {
+		require = false
+		files, layouts, err = s.check(ctx, scope, sh, func(Progress) {}, false)
+	}
 	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return false, err
@@ -316,7 +326,18 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	// The index looks them up with the registration (index.Registration.Inherit).
 	reg.Xorbs, reg.InheritMax = offeredXorbs(sh)
 	reg.Inherit = starts
+	if require {
+		reg.Require = possessionRefs(sh)
+	}
 	ins, err := s.idx.RegisterShard(ctx, reg)
+	if require && errors.Is(err, index.ErrNotPossessed) {
+		// Not every xorb was uploaded to scope: the full check decides (public chunks, proofs).
+		if _, _, err := s.check(ctx, scope, sh, func(Progress) {}, false); err != nil {
+			return false, err
+		}
+		reg.Require = nil
+		ins, err = s.idx.RegisterShard(ctx, reg)
+	}
 	if errors.Is(err, index.ErrXorbGone) {
 		// Collected after the checks passed (docs/decisions.md, "Data lifecycle"): the client
 		// must upload the xorb again. %v: not the index's not-found, which would be a 404.

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Opener) {
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},
 		{"Possession", testPossession},
+		{"Require", testRequire},
 		{"Invalid", testInvalid},
 		{"Canceled", testCanceled},
 		{"Close", testClose},
@@ -900,6 +901,68 @@ func testConcurrentShardBodies(t *testing.T, ix index.Index) {
 	}
 	for _, r := range regs {
 		wantBody(t, sb, r.Shard, r.Body)
+	}
+}
+
+// testRequire: a registration requiring xorbs (Registration.Require) commits only when its scope
+// possesses every one of them; otherwise it fails with ErrNotPossessed and leaves no trace.
+// Registrations running at the same time (one Postgres batch) fail or commit each on its own.
+func testRequire(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(31)
+	const scope, other = "models/acme/req", "models/acme/req-other"
+	x1, x2 := g.Hash(), g.Hash()
+	if err := ix.RecordPossession(ctx, scope, x1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.RecordPossession(ctx, other, x2); err != nil {
+		t.Fatal(err)
+	}
+	ok := g.Registration(scope, 1, 1, 1)
+	ok.Require = []hash.Hash{x1, x1}
+	mustRegister(t, ix, ok, true)
+	wantFile(t, ix, ok.Files[0], scope)
+	bad := g.Registration(scope, 1, 1, 1)
+	bad.Require = []hash.Hash{x1, x2} // x2: possessed by another scope only
+	if _, err := ix.RegisterShard(ctx, bad); !errors.Is(err, index.ErrNotPossessed) {
+		t.Fatalf("RegisterShard requiring a xorb the scope does not possess: %v, want ErrNotPossessed", err)
+	}
+	wantHidden(t, ix, bad.Files[0].Hash, scope)
+	if _, err := ix.DedupXorbs(ctx, bad.Dedup[0]); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("DedupXorbs of the refused registration's chunk: %v, want ErrNotFound", err)
+	}
+	// Concurrently, from two scopes: every third registration requires what its scope lacks.
+	const n = 24
+	regs := make([]*index.Registration, n)
+	for i := range regs {
+		sc, x := scope, x1
+		if i%2 == 1 {
+			sc, x = other, x2
+		}
+		if i%3 == 0 {
+			x = g.Hash()
+		}
+		regs[i] = g.Registration(sc, 1, 1, 1)
+		regs[i].Require = []hash.Hash{x}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, r := range regs {
+		wg.Go(func() { _, errs[i] = ix.RegisterShard(ctx, r) })
+	}
+	wg.Wait()
+	for i, r := range regs {
+		if i%3 == 0 {
+			if !errors.Is(errs[i], index.ErrNotPossessed) {
+				t.Fatalf("registration %d (xorb not possessed): %v, want ErrNotPossessed", i, errs[i])
+			}
+			wantHidden(t, ix, r.Files[0].Hash, r.Scope)
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("registration %d: %v", i, errs[i])
+		}
+		wantFile(t, ix, r.Files[0], r.Scope)
 	}
 }
 

@@ -443,6 +443,19 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 		starts = index.SortedUnique(starts)
 		batch := &pgx.Batch{}
 		batch.Queue(qLockGCShare, lockGC)
+		var unpossessed []int
+		if ri, rs, rx := requireArgs(ops); len(ri) > 0 {
+			batch.Queue(qUnpossessed, ri, rs, rx).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var i int32
+					if err := rows.Scan(&i); err != nil {
+						return err
+					}
+					unpossessed = append(unpossessed, int(i))
+				}
+				return rows.Err()
+			})
+		}
 		if len(refs) > 0 {
 			ra := hashArgs(refs)
 			batch.Queue(qSweptRefs, ra).Query(func(rows pgx.Rows) (err error) {
@@ -456,6 +469,9 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 			offers := queueDedupEntries(batch, starts)
 			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 				return err
+			}
+			if len(unpossessed) > 0 {
+				return &notPossessed{ops: unpossessed}
 			}
 			if len(gone) > 0 {
 				return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
@@ -487,12 +503,40 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
+		if len(unpossessed) > 0 {
+			return &notPossessed{ops: unpossessed} // rolled back, registration and all
+		}
 		if len(gone) > 0 {
 			return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
 		}
 		return nil
 	})
 	return out, err
+}
+
+// qUnpossessed returns the registrations of a batch (their index in it) whose scope does not
+// possess one of the xorbs they require (index.Registration.Require): one primary-key probe of
+// possession per (scope, xorb).
+const qUnpossessed = `SELECT DISTINCT u.i FROM unnest($1::int4[], $2::text[], $3::bytea[]) AS u(i, sc, x)
+WHERE NOT EXISTS (SELECT 1 FROM possession p WHERE p.scope = u.sc AND p.xorb = u.x)`
+
+// requireArgs builds qUnpossessed's arrays from a batch: each required xorb with its op's index
+// and scope.
+func requireArgs(ops []*regOp) (is []int32, scopes []string, xs [][]byte) {
+	for i, op := range ops {
+		for _, x := range op.b.Require {
+			is, scopes, xs = append(is, int32(i)), append(scopes, op.b.Scope), append(xs, x[:])
+		}
+	}
+	return is, scopes, xs
+}
+
+// notPossessed is registerTx's error when registrations of the batch (ops, indexes in it) lack
+// a required xorb; the transaction was rolled back.
+type notPossessed struct{ ops []int }
+
+func (e *notPossessed) Error() string {
+	return fmt.Sprintf("%d registrations lack a required xorb", len(e.ops))
 }
 
 // lockCollector: "xetcdn" 4, one garbage collection at a time (session-scoped).

@@ -603,6 +603,25 @@ func (db *DB) register(ops []*regOp) {
 		newShards, err = db.registerTx(ctx, refs, live) // lifecycle.go
 		return err
 	})
+	if np := (*notPossessed)(nil); errors.As(err, &np) {
+		// Those fail alone; the others are registered without them.
+		bad := make(map[int]bool, len(np.ops))
+		for _, i := range np.ops {
+			bad[i] = true
+		}
+		var rest []*regOp
+		for i, op := range live {
+			if bad[i] {
+				op.done <- regResult{err: fmt.Errorf("%w: in %q", index.ErrNotPossessed, op.b.Scope)}
+			} else {
+				rest = append(rest, op)
+			}
+		}
+		if len(rest) > 0 {
+			db.register(rest)
+		}
+		return
+	}
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
