@@ -102,7 +102,7 @@ type Registration struct {
 	Shard hash.Hash           // hash of the shard body
 	Scope string              // repository the uploading token was issued for
 	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
-	Xorbs []hash.Hash         // xorbs its dedup entries offer, returned by DedupXorbs: those the shard describes, then (bounded) those its files reference
+	Xorbs []hash.Hash         // xorbs its dedup entries offer, returned by DedupXorbs: those the shard describes, then (bounded) those its files reference; Inherit adds more
 	Dedup []hash.Hash         // eligible chunk hashes (docs/protocol.md §8.6), computed by the caller
 	// Body, when not empty, is the shard body, kept inline in the shard row and committed with
 	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
@@ -171,7 +171,7 @@ type Index interface {
 	// DedupXorbsOf is DedupXorbs for several chunks in one round trip: what the entry of each
 	// chunk offers, concatenated in the order of chunks; a chunk without an entry adds nothing
 	// (no ErrNotFound). A registration inherits what the entries of its files' first chunks
-	// offered (ingest), with one lookup for all of them.
+	// offered through Registration.Inherit, which the implementations answer this way.
 	DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error)
 	// RecordPossession records that a writer of scope uploaded xorb (validated, new or already
 	// stored), so that scope may reference it where a hash alone is no proof of holding its
