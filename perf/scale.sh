@@ -93,7 +93,9 @@ watchdog=
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+	# || true: under set -e a failed kill (the watchdog has exited after stopping the run) ended
+	# this handler here and left PostgreSQL, the origins and the edges running.
+	[ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null || true
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	if [ -n "$pg_up" ]; then
