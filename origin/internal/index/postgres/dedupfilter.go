@@ -58,9 +58,9 @@ type dedupFilter struct {
 	// (committed or failed); a build replaces it and waits for the old one before it scans,
 	// so that a registration that added to no filter, or to the old one only, is in the scan.
 	inflight *sync.WaitGroup
-	epoch   uint64                           // counts listener sessions; a build of an older one is dropped
-	lease   atomic.Int64                     // unix ns until which cur may answer
-	rows    int64                            // rows the last scan found (sizing)
+	epoch    uint64       // counts listener sessions; a build of an older one is dropped
+	lease    atomic.Int64 // unix ns until which cur may answer
+	rows     int64        // rows the last scan found (sizing)
 }
 
 const (
