@@ -81,6 +81,9 @@ const (
 // dedupRetry is the wait before a new listener session after one failed; a variable for tests.
 var dedupRetry = time.Second
 
+// dedupBuildRetry is the wait before another build after one failed.
+const dedupBuildRetry = 10 * time.Second
+
 func newDedupFilter(self string, reload time.Duration) *dedupFilter {
 	return &dedupFilter{seed: chunkbloom.NewSeed(), self: self, reload: reload, done: make(chan struct{}),
 		inflight: new(sync.WaitGroup)}
@@ -210,7 +213,7 @@ func (db *DB) listenSession(ctx context.Context) error {
 	epoch := f.epoch
 	f.mu.Unlock()
 	built := make(chan error, 1)
-	building := true
+	building, failed := true, false
 	go func() { built <- db.buildFilter(ctx, epoch) }()
 	lastBuild := time.Now()
 	for {
@@ -246,7 +249,7 @@ func (db *DB) listenSession(ctx context.Context) error {
 		if building {
 			select {
 			case err := <-built:
-				building = false
+				building, failed = false, err != nil
 				lastBuild = time.Now()
 				if err != nil && ctx.Err() == nil {
 					db.log("dedup filter: build failed; every query reads until the next", err)
@@ -254,7 +257,12 @@ func (db *DB) listenSession(ctx context.Context) error {
 			default:
 			}
 		}
-		if cur := f.cur.Load(); !building && (cur == nil || cur.Full() || time.Since(lastBuild) >= f.reload) {
+		since := time.Since(lastBuild)
+		due := since >= f.reload
+		if cur := f.cur.Load(); cur == nil || cur.Full() {
+			due = !failed || since >= dedupBuildRetry // a failed build is not retried at once
+		}
+		if !building && due {
 			building = true
 			go func() { built <- db.buildFilter(ctx, epoch) }()
 		}
