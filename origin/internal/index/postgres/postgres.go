@@ -649,12 +649,13 @@ func (db *DB) register(ops []*regOp) {
 		}
 		return
 	}
-	db.notifyDedup(ctx, args[7].([][]byte))
 	// The first op of a new shard reports it inserted; a duplicate in the same batch does not.
 	for _, op := range live {
 		op.done <- regResult{inserted: newShards[op.b.Shard]}
 		delete(newShards, op.b.Shard)
 	}
+	// The other origins' filters learn the entries; the callers need not wait for it.
+	db.notifyDedup(ctx, args[7].([][]byte))
 }
 
 // registerArgs builds the arrays of qRegister from a batch: per table, keys unique (the first
