@@ -45,6 +45,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if err != nil {
 		return err
 	}
+	cfg.Index.Log = log
 	b, err := backend.Open(ctx, cfg, reg)
 	if err != nil {
 		return err

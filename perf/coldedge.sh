@@ -29,6 +29,13 @@
 # origin and the edges; ORIGIN_DELAY_MS=N puts one between the edges and the origin (a far
 # origin). Both default to 0 (loopback).
 #
+# LINK_MBIT=N (needs root, `ip netns` and the tbf qdisc) runs every client in a network namespace
+# of its own, joined to the host by a veth pair whose host side is shaped to N Mbit/s by tbf (the
+# download direction): a client on a real network link instead of loopback, where the machine's
+# cores are not the bottleneck. Servers then listen on the host end of the pair (10.77.X.1) and
+# reach one another over the host's own routing (not shaped: the edge and its origin share a
+# region). Default 0: clients on loopback.
+#
 # PYTHON=path (e.g. $XETCDN_TEST_PYTHON from the test environment, with hf_xet 1.8.0 installed)
 # adds the same three downloads with the stock hf_xet client (test/interop/hfxet_driver.py, its
 # file download group as huggingface_hub uses it): wall time, edge CPU and RSS; no first byte
@@ -63,6 +70,10 @@ cleanup() {
 	for p in "${pids[@]}" $(cat "$WORK"/*/edge.pid 2>/dev/null); do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	for t in "${trees[@]}"; do git -C "$ROOT" worktree remove --force "$t" 2>/dev/null || true; done
+	if [ -n "${netns_made:-}" ]; then
+		ip link del "$veth" 2>/dev/null || true
+		ip netns del "$netns" 2>/dev/null || true
+	fi
 	[ "${KEEP:-}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -79,7 +90,7 @@ ORIGIN_TLS=${ORIGIN_TLS:-$(command -v haproxy >/dev/null && echo 1 || echo 0)}
 if [ "$ORIGIN_TLS" = 1 ]; then
 	command -v haproxy >/dev/null || { log "ORIGIN_TLS=1 needs haproxy"; exit 1; }
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 \
-		-addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE \
+		-addext subjectAltName=IP:127.0.0.1,IP:10.77.$(((P / 10) % 250)).1 -addext basicConstraints=critical,CA:FALSE \
 		-addext extendedKeyUsage=serverAuth -keyout "$WORK/otls.key" -out "$WORK/otls.crt" 2>/dev/null
 	cat "$WORK/otls.crt" "$WORK/otls.key" >"$WORK/otls.pem"
 fi
@@ -87,11 +98,31 @@ CLIENTS=${CLIENTS:-0} BURST_MB=${BURST_MB:-64} CLIENT_DELAY_MS=${CLIENT_DELAY_MS
 if [ "$CLIENT_DELAY_MS" != 0 ] || [ "$ORIGIN_DELAY_MS" != 0 ]; then
 	(cd "$ROOT" && go build -o "$WORK/" ./perf/cmd/delayrelay)
 fi
-# relay PORT TARGET MS: a delay relay on 127.0.0.1:PORT to TARGET (host:port).
+# relay PORT TARGET MS: a delay relay on H:PORT to TARGET (host:port).
 relay() {
-	"$WORK/delayrelay" -listen "127.0.0.1:$1" -to "$2" -delay "$3ms" 2>>"$WORK/relay.log" &
+	"$WORK/delayrelay" -listen "$H:$1" -to "$2" -delay "$3ms" 2>>"$WORK/relay.log" &
 	pids+=($!)
 }
+# H: the address every listener binds; NS: the command prefix that runs a client.
+H=127.0.0.1 NS=() LINK_MBIT=${LINK_MBIT:-0}
+[[ $LINK_MBIT =~ ^[0-9]+$ ]] || { log "LINK_MBIT=$LINK_MBIT: want a whole number of Mbit/s"; exit 1; }
+if [ "$LINK_MBIT" != 0 ]; then
+	netns=xetce$$ veth=xce$$
+	ip netns add "$netns"
+	netns_made=1
+	net=10.77.$(((P / 10) % 250))
+	ip link add "$veth" type veth peer name "${veth}c"
+	ip link set "${veth}c" netns "$netns"
+	ip addr add "$net.1/30" dev "$veth"
+	ip link set "$veth" up
+	ip netns exec "$netns" ip addr add "$net.2/30" dev "${veth}c"
+	ip netns exec "$netns" ip link set "${veth}c" up
+	ip netns exec "$netns" ip link set lo up
+	# burst: 1 ms at the rate, and at least two 64 KiB GSO packets of the veth.
+	tc qdisc add dev "$veth" root tbf rate "${LINK_MBIT}mbit" \
+		burst $((LINK_MBIT * 1000 / 8 > 65536 * 2 ? LINK_MBIT * 1000 / 8 : 65536 * 2)) latency 50ms
+	H=$net.1 NS=(ip netns exec "$netns")
+fi
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/rand.bin"
 for ((c = 0; c < CLIENTS; c++)); do head -c $((BURST_MB << 20)) /dev/urandom >"$WORK/burst$c.bin"; done
 declare -A origin etok rtok file burst config corigin cedge ctls edgeorigin torigin ttoken
@@ -110,22 +141,22 @@ for spec in "${revs[@]}"; do
 	fi
 	(cd "$src" && go build -o "$WORK/$n/" ./cmd/xet-origin ./cmd/xet-edge ./cmd/xet)
 	o=$((P + 10 * i))
-	"$WORK/$n/xet-origin" --data-dir "$WORK/$n/origin" --listen "127.0.0.1:$o" >"$WORK/$n/origin.log" 2>&1 &
+	"$WORK/$n/xet-origin" --data-dir "$WORK/$n/origin" --listen "$H:$o" >"$WORK/$n/origin.log" 2>&1 &
 	pids+=($!)
-	origin[$n]=http://127.0.0.1:$o
+	origin[$n]=http://$H:$o
 	up "${origin[$n]}"
 	# What clients dial (origin, edge TLS, edge plain) and what the edges dial for the origin:
 	# the listeners themselves, or delay relays in front of them (ports o+4..o+7).
-	corigin[$n]=${origin[$n]} ctls[$n]=127.0.0.1:$((o + 1)) cedge[$n]=127.0.0.1:$((o + 2)) edgeorigin[$n]=${origin[$n]}
+	corigin[$n]=${origin[$n]} ctls[$n]=$H:$((o + 1)) cedge[$n]=$H:$((o + 2)) edgeorigin[$n]=${origin[$n]}
 	if [ "$CLIENT_DELAY_MS" != 0 ]; then
-		relay $((o + 4)) "127.0.0.1:$o" "$CLIENT_DELAY_MS"
-		relay $((o + 5)) "127.0.0.1:$((o + 1))" "$CLIENT_DELAY_MS"
-		relay $((o + 6)) "127.0.0.1:$((o + 2))" "$CLIENT_DELAY_MS"
-		corigin[$n]=http://127.0.0.1:$((o + 4)) ctls[$n]=127.0.0.1:$((o + 5)) cedge[$n]=127.0.0.1:$((o + 6))
+		relay $((o + 4)) "$H:$o" "$CLIENT_DELAY_MS"
+		relay $((o + 5)) "$H:$((o + 1))" "$CLIENT_DELAY_MS"
+		relay $((o + 6)) "$H:$((o + 2))" "$CLIENT_DELAY_MS"
+		corigin[$n]=http://$H:$((o + 4)) ctls[$n]=$H:$((o + 5)) cedge[$n]=$H:$((o + 6))
 	fi
 	if [ "$ORIGIN_DELAY_MS" != 0 ]; then
-		relay $((o + 7)) "127.0.0.1:$o" "$ORIGIN_DELAY_MS"
-		edgeorigin[$n]=http://127.0.0.1:$((o + 7))
+		relay $((o + 7)) "$H:$o" "$ORIGIN_DELAY_MS"
+		edgeorigin[$n]=http://$H:$((o + 7))
 	fi
 	tok() { "$WORK/$n/xet-origin" token --data-dir "$WORK/$n/origin" --ttl 24h "$@"; }
 	w=$(tok --access write --scope models/bench/cold)
@@ -140,10 +171,10 @@ for spec in "${revs[@]}"; do
 	done
 	if [ "$ORIGIN_TLS" = 1 ]; then
 		# The TLS origin: origin o+9 behind haproxy on o+8, its transfer URLs signed for haproxy.
-		"$WORK/$n/xet-origin" --data-dir "$WORK/$n/torigin" --listen "127.0.0.1:$((o + 9))" \
-			--public-url "https://127.0.0.1:$((o + 8))" >"$WORK/$n/torigin.log" 2>&1 &
+		"$WORK/$n/xet-origin" --data-dir "$WORK/$n/torigin" --listen "$H:$((o + 9))" \
+			--public-url "https://$H:$((o + 8))" >"$WORK/$n/torigin.log" 2>&1 &
 		pids+=($!)
-		up "http://127.0.0.1:$((o + 9))"
+		up "http://$H:$((o + 9))"
 		cat >"$WORK/$n/haproxy.cfg" <<HAP
 global
 	maxconn 4096
@@ -153,17 +184,17 @@ defaults
 	timeout client 120s
 	timeout server 120s
 frontend tls
-	bind 127.0.0.1:$((o + 8)) ssl crt $WORK/otls.pem alpn h2,http/1.1
+	bind $H:$((o + 8)) ssl crt $WORK/otls.pem alpn h2,http/1.1
 	default_backend origin
 backend origin
-	server origin 127.0.0.1:$((o + 9))
+	server origin $H:$((o + 9))
 HAP
 		haproxy -f "$WORK/$n/haproxy.cfg" >"$WORK/$n/haproxy.log" 2>&1 &
 		pids+=($!)
-		torigin[$n]=https://127.0.0.1:$((o + 8))
+		torigin[$n]=https://$H:$((o + 8))
 		up "${torigin[$n]}"
 		ttok() { "$WORK/$n/xet-origin" token --data-dir "$WORK/$n/torigin" --ttl 24h "$@"; }
-		[ "$("$WORK/$n/xet" upload --endpoint "http://127.0.0.1:$((o + 9))" \
+		[ "$("$WORK/$n/xet" upload --endpoint "http://$H:$((o + 9))" \
 			--token "$(ttok --access write --scope models/bench/cold)" "$WORK/rand.bin" |
 			sed -n 's/.*"file_hash": *"\([0-9a-f]*\)".*/\1/p')" = "${file[$n]}" ] ||
 			{ log "$rev: the TLS origin's upload gave another file hash"; exit 1; }
@@ -186,7 +217,7 @@ download() {
 	local t0 t1 st
 	t0=$(date +%s.%N)
 	set +e
-	"$WORK/$n/xet" download --endpoint "$ep" --token "${TOKEN:-${rtok[$n]}}" --hash "${file[$n]}" \
+	"${NS[@]}" "$WORK/$n/xet" download --endpoint "$ep" --token "${TOKEN:-${rtok[$n]}}" --hash "${file[$n]}" \
 		--size $((SIZE_MB << 20)) "$@" -o - 2>"$WORK/dl.err" |
 		{ dd bs=1 count=1 of="$out" status=none; date +%s.%N >"$WORK/first"; cat >>"$out"; }
 	st=${PIPESTATUS[0]}
@@ -206,7 +237,7 @@ hfdownload() {
 	local n=$1 ep=$2 ca=${3:-} out=$WORK/out.bin t0 t1
 	rm -f "$out"
 	t0=$(date +%s.%N)
-	if ! SSL_CERT_FILE=${ca:-${SSL_CERT_FILE:-}} "$PYTHON" "$ROOT/test/interop/hfxet_driver.py" download \
+	if ! SSL_CERT_FILE=${ca:-${SSL_CERT_FILE:-}} "${NS[@]}" "$PYTHON" "$ROOT/test/interop/hfxet_driver.py" download \
 		--endpoint "$ep" --token "${TOKEN:-${rtok[$n]}}" --hash "${file[$n]}" --size $((SIZE_MB << 20)) \
 		-o "$out" >/dev/null 2>"$WORK/dl.err" || ! cmp -s "$out" "$WORK/rand.bin"; then
 		log "hf_xet download from $ep failed or differs"
@@ -232,11 +263,11 @@ cold() {
 	# The edge signs its transfer URLs with --public-url: the listener under test (or the relay
 	# in front of it).
 	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
-		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --admin-listen "127.0.0.1:$a" --public-url "$pub" \
+		--listen "$H:$e" --http-listen "$H:$h" --admin-listen "127.0.0.1:$a" --public-url "$pub" \
 		${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$!
 	echo "$pid" >"$WORK/$n/edge.pid"
-	if ! (up "https://127.0.0.1:$e" && up "http://127.0.0.1:$h"); then
+	if ! (up "https://$H:$e" && up "http://$H:$h"); then
 		# Never leave it running: the next edge would find its ports taken and be measured
 		# against this one.
 		kill "$pid" 2>/dev/null || true
@@ -272,15 +303,15 @@ burst() {
 	local dir=$WORK/$n/edge
 	rm -rf "$dir"
 	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
-		--listen "127.0.0.1:$e" --http-listen "127.0.0.1:$h" --public-url "http://127.0.0.1:$h" \
+		--listen "$H:$e" --http-listen "$H:$h" --public-url "http://$H:$h" \
 		--admin-listen "127.0.0.1:$a" ${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$! dls=() peak=0 c f st=0 r
 	echo "$pid" >"$WORK/$n/edge.pid"
-	up "http://127.0.0.1:$h"
+	up "http://$H:$h"
 	for ((c = 0; c < CLIENTS; c++)); do
 		f=${burst[$n,$c]}
 		[ "$kind" = same ] && f=${burst[$n,0]}
-		"$WORK/$n/xet" download --endpoint "http://127.0.0.1:$h" --token "${rtok[$n]}" --hash "$f" \
+		"${NS[@]}" "$WORK/$n/xet" download --endpoint "http://$H:$h" --token "${rtok[$n]}" --hash "$f" \
 			--size $((BURST_MB << 20)) -o - >/dev/null 2>"$WORK/burst$c.err" &
 		dls+=($!)
 	done
@@ -310,7 +341,7 @@ burst() {
 	wait "$pid" 2>/dev/null || true
 }
 
-log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way"
+log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way; client link ${LINK_MBIT} Mbit/s (0: loopback)"
 out=$WORK/rounds.txt
 : >"$out"
 names=()

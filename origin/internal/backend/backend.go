@@ -137,7 +137,8 @@ func Open(ctx context.Context, c *config.Config, reg prometheus.Registerer) (_ *
 		}
 		ix = db
 	case config.IndexPostgres:
-		db, err := postgres.Open(ctx, postgres.Options{DSN: c.Index.PostgresDSN, MaxConns: int32(c.Index.MaxConns)})
+		db, err := postgres.Open(ctx, postgres.Options{DSN: c.Index.PostgresDSN, MaxConns: int32(c.Index.MaxConns),
+			DedupFilterReload: time.Duration(c.Index.DedupFilterReload), Log: c.Index.Log})
 		if err != nil {
 			return nil, fmt.Errorf("open postgres index: %w", err)
 		}

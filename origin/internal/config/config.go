@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -105,6 +106,12 @@ type Index struct {
 	// LayoutCache bounds the memory of decoded xorb layouts kept in front of the index
 	// (bytes); 0 disables the cache.
 	LayoutCache int64 `json:"layout_cache"`
+	// DedupFilterReload is how often the Postgres dedup filter is rebuilt from the table at the
+	// latest (docs/origin.md, "Dedup filter"); 0 = 1h, negative = no filter (every
+	// global-dedup query reads the table).
+	DedupFilterReload Duration `json:"dedup_filter_reload"`
+	// Log receives the index's background errors (the dedup filter's listener); nil: none.
+	Log *slog.Logger `json:"-"`
 }
 
 // Objects selects the object store.

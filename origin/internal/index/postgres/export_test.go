@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -176,3 +177,30 @@ func (db *DB) RegisterHOT(ctx context.Context, rs ...*index.Registration) (updat
 	})
 	return updated, hot, err
 }
+
+// WaitDedupFilter starts the dedup filter if it is not yet and waits until a filter is in use
+// and no build is under way.
+func (db *DB) WaitDedupFilter(ctx context.Context) error {
+	var probe hash.Hash
+	for {
+		db.DedupAbsent(probe)
+		f := db.filter
+		f.mu.Lock()
+		ready := f.cur.Load() != nil && f.pending == nil
+		f.mu.Unlock()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// DedupChannel is the dedup filters' notification channel.
+func (db *DB) DedupChannel() string { return db.channel }
+
+// DedupListenerName is the listener session's application_name.
+const DedupListenerName = dedupListenerName

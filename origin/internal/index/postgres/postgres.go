@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math"
 	"net"
 	"slices"
@@ -49,6 +50,7 @@ var (
 	_ index.Index       = (*DB)(nil)
 	_ index.Raw         = (*DB)(nil)
 	_ index.ShardBodies = (*DB)(nil)
+	_ index.DedupFilter = (*DB)(nil)
 )
 
 //go:embed migrations/*.sql
@@ -74,6 +76,11 @@ type Options struct {
 	// WriteTimeout bounds one registration statement (default 30s). It is not the callers'
 	// context: a batch serves several callers and must not fail because one of them left.
 	WriteTimeout time.Duration
+	// DedupFilterReload is how often the dedup filter (dedupfilter.go) is rebuilt from the
+	// table at the latest (default DefaultDedupFilterReload); negative: no filter.
+	DedupFilterReload time.Duration
+	// Log receives background errors (the dedup filter's listener); nil: discarded.
+	Log *slog.Logger
 }
 
 // DB is an index.Index on PostgreSQL. It is safe for concurrent use; Close it once done.
@@ -88,6 +95,10 @@ type DB struct {
 	registrars   sync.WaitGroup
 	once         sync.Once
 	lastReset    atomic.Int64 // unix nanoseconds of the last pool reset after a lost connection
+	filter       *dedupFilter // nil: none (Options.DedupFilterReload < 0)
+	channel      string       // the dedup filters' notification channel (dedupfilter.go)
+	sender       string       // this process's prefix of its notifications
+	logger       *slog.Logger
 }
 
 // regOp is one RegisterShard call waiting for a registrar.
@@ -138,11 +149,27 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
 	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), maxBatch: o.MaxBatch,
-		writeTimeout: o.WriteTimeout, closing: make(chan struct{})}
+		writeTimeout: o.WriteTimeout, closing: make(chan struct{}), logger: o.Log}
+	if db.logger == nil {
+		db.logger = slog.New(slog.DiscardHandler)
+	}
+	db.sender = dedupSender()
+	switch {
+	case o.DedupFilterReload == 0:
+		db.filter = newDedupFilter(db.sender, DefaultDedupFilterReload)
+	case o.DedupFilterReload > 0:
+		db.filter = newDedupFilter(db.sender, o.DedupFilterReload)
+	}
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", translate(err))
+	}
+	db.channel = dedupChannelOf(schema)
 	for range o.Registrars {
 		db.registrars.Add(1)
 		go db.registrar()
@@ -598,6 +625,11 @@ func (db *DB) register(ops []*regOp) {
 		refs = append(refs, op.b.Refs...)
 	}
 	refs = index.SortedUnique(refs)
+	// The dedup filter learns the chunks before they can be committed: it never says
+	// "absent" for an entry this origin registered (dedupfilter.go).
+	for _, op := range live {
+		defer db.filter.register(op.b.Dedup)()
+	}
 	var newShards map[hash.Hash]bool
 	err := db.retry(ctx, func() (err error) {
 		newShards, err = db.registerTx(ctx, refs, live) // lifecycle.go
@@ -644,6 +676,12 @@ func (db *DB) register(ops []*regOp) {
 		op.done <- regResult{inserted: newShards[op.b.Shard]}
 		delete(newShards, op.b.Shard)
 	}
+	// The other origins' filters learn the entries; the callers need not wait for it.
+	var chunks []hash.Hash
+	for _, op := range live {
+		chunks = append(chunks, op.b.Dedup...)
+	}
+	db.notifyDedup(ctx, hashArgs(index.SortedUnique(chunks))) // qRegister's dedup chunks
 }
 
 // registerArgs builds the arrays of qRegister from a batch: per table, keys unique (the first
@@ -1018,6 +1056,10 @@ func (db *DB) Close() error {
 		close(db.closing)
 		db.mu.Unlock()
 		db.registrars.Wait()
+		if f := db.filter; f != nil {
+			f.start.Do(func() { close(f.done) }) // never started: nothing to wait for
+			<-f.done
+		}
 		db.pool.Close()
 	})
 	return nil

@@ -2,15 +2,13 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/index/chunkbloom"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -34,75 +32,18 @@ import (
 // "maybe" in 1,700 when full, fewer before; 3 bytes per dedup entry after a build (30 MB at
 // 10^7 entries).
 type dedupFilter struct {
-	seed [2]uint64 // per process, so that probe positions cannot be chosen from outside
+	seed chunkbloom.Seed // per process, so that probe positions cannot be chosen from outside
 
 	start sync.Once
 	kick  chan struct{} // a rebuild is wanted (buffered 1)
 
-	mu      sync.Mutex            // orders adds against a rebuild's switch to a new filter
-	cur     atomic.Pointer[bloom] // nil until the first build completes: every query reads
-	pending *bloom                // being built: adds go to it too
-}
-
-const (
-	bloomBitsPerChunk = 16
-	bloomProbes       = 8
-)
-
-// bloomMinChunks is the least a filter is sized for (128 KiB of bits); a variable for tests.
-var bloomMinChunks int64 = 1 << 16
-
-// bloom is a fixed-size Bloom filter of chunk hashes; safe for concurrent adds and tests.
-type bloom struct {
-	words []atomic.Uint64
-	nbits uint64       // len(words) * 64
-	cap   int64        // chunks it is sized for
-	n     atomic.Int64 // chunks added
-}
-
-func newBloom(chunks int64) *bloom {
-	chunks = max(chunks, bloomMinChunks)
-	words := (chunks*bloomBitsPerChunk + 63) / 64
-	return &bloom{words: make([]atomic.Uint64, words), nbits: uint64(words) * 64, cap: chunks}
-}
-
-// bit maps a probe onto the filter's bits (the high half of a 128-bit product: uniform
-// without a power-of-two size).
-func (b *bloom) bit(h uint64) uint64 {
-	hi, _ := bits.Mul64(h, b.nbits)
-	return hi
-}
-
-// probes returns the double-hashing start and step of c (chunk hashes are uniform, so their
-// own bits serve, mixed with the seed).
-func (f *dedupFilter) probes(c *hash.Hash) (h1, h2 uint64) {
-	return binary.LittleEndian.Uint64(c[0:8]) ^ f.seed[0], (binary.LittleEndian.Uint64(c[8:16]) ^ f.seed[1]) | 1
-}
-
-func (b *bloom) add(h1, h2 uint64) {
-	for i := uint64(0); i < bloomProbes; i++ {
-		p := b.bit(h1 + i*h2)
-		b.words[p>>6].Or(1 << (p & 63))
-	}
-	b.n.Add(1)
-}
-
-func (b *bloom) has(h1, h2 uint64) bool {
-	for i := uint64(0); i < bloomProbes; i++ {
-		p := b.bit(h1 + i*h2)
-		if b.words[p>>6].Load()&(1<<(p&63)) == 0 {
-			return false
-		}
-	}
-	return true
+	mu      sync.Mutex                       // orders adds against a rebuild's switch to a new filter
+	cur     atomic.Pointer[chunkbloom.Bloom] // nil until the first build completes: every query reads
+	pending *chunkbloom.Bloom                // being built: adds go to it too
 }
 
 func newDedupFilter() *dedupFilter {
-	f := &dedupFilter{kick: make(chan struct{}, 1)}
-	var s [16]byte
-	_, _ = rand.Read(s[:]) // never fails (crypto/rand)
-	f.seed = [2]uint64{binary.LittleEndian.Uint64(s[:8]), binary.LittleEndian.Uint64(s[8:])}
-	return f
+	return &dedupFilter{kick: make(chan struct{}, 1), seed: chunkbloom.NewSeed()}
 }
 
 // dedupAbsent reports whether the dedup table certainly does not hold c. Its first call asks
@@ -114,7 +55,7 @@ func (db *DB) dedupAbsent(c *hash.Hash) bool {
 	if b == nil {
 		return false
 	}
-	return !b.has(f.probes(c))
+	return !b.Has(f.seed.Probes(c))
 }
 
 // rebuild asks the builder for a build, unless one is asked for already.
@@ -134,15 +75,15 @@ func (f *dedupFilter) add(chunks []hash.Hash) {
 	f.mu.Lock()
 	cur, pending := f.cur.Load(), f.pending
 	for i := range chunks {
-		h1, h2 := f.probes(&chunks[i])
+		h1, h2 := f.seed.Probes(&chunks[i])
 		if cur != nil {
-			cur.add(h1, h2)
+			cur.Add(h1, h2)
 		}
 		if pending != nil {
-			pending.add(h1, h2)
+			pending.Add(h1, h2)
 		}
 	}
-	full := cur != nil && pending == nil && cur.n.Load() > cur.cap
+	full := cur != nil && pending == nil && cur.Full()
 	f.mu.Unlock()
 	if full {
 		f.rebuild()
@@ -183,9 +124,9 @@ func (db *DB) buildFilter(ctx context.Context) error {
 		return fmt.Errorf("dedup filter: count: %w", translate(err))
 	}
 	if cur := f.cur.Load(); cur != nil {
-		rows = max(rows, cur.n.Load())
+		rows = max(rows, cur.Len())
 	}
-	nb := newBloom(rows + rows/2)
+	nb := chunkbloom.New(rows + rows/2)
 	f.mu.Lock()
 	f.pending = nb
 	f.mu.Unlock()
@@ -209,7 +150,7 @@ func (db *DB) buildFilter(ctx context.Context) error {
 			continue // not a chunk hash; no query can match it
 		}
 		copy(c[:], b)
-		nb.add(f.probes(&c))
+		nb.Add(f.seed.Probes(&c))
 	}
 	if err := rs.Err(); err != nil {
 		return fmt.Errorf("dedup filter: scan: %w", translate(err))
@@ -217,7 +158,7 @@ func (db *DB) buildFilter(ctx context.Context) error {
 	f.mu.Lock()
 	f.cur.Store(nb)
 	f.pending = nil
-	full := nb.n.Load() > nb.cap // outgrown while it was built
+	full := nb.Full() // outgrown while it was built
 	f.mu.Unlock()
 	if full {
 		f.rebuild()

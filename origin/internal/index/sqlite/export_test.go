@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xetcdn/xetcdn/origin/internal/index/chunkbloom"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -70,8 +71,8 @@ func (db *DB) WaitDedupFilter(ctx context.Context) (int64, error) {
 		db.filter.mu.Lock()
 		cur, pending := db.filter.cur.Load(), db.filter.pending
 		db.filter.mu.Unlock()
-		if cur != nil && pending == nil && cur.n.Load() <= cur.cap {
-			return cur.cap, nil
+		if cur != nil && pending == nil && !cur.Full() {
+			return cur.Cap(), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -86,7 +87,7 @@ func (db *DB) CloseReadPool() error { return db.r.Close() }
 
 // SetBloomMinChunks sets the least size of a dedup filter and returns a function restoring it.
 func SetBloomMinChunks(n int64) (restore func()) {
-	old := bloomMinChunks
-	bloomMinChunks = n
-	return func() { bloomMinChunks = old }
+	old := chunkbloom.MinChunks
+	chunkbloom.MinChunks = n
+	return func() { chunkbloom.MinChunks = old }
 }

@@ -1,4 +1,4 @@
-package sqlite
+package chunkbloom
 
 import (
 	"math/rand/v2"
@@ -10,9 +10,9 @@ import (
 // TestBloomRates: a filter holding as many chunks as it is sized for finds every one of them
 // and answers "maybe" for at most 1 in 500 others (the design rate is about 1 in 1,700).
 func TestBloomRates(t *testing.T) {
-	f := newDedupFilter()
-	const n = 100_000 // over bloomMinChunks: the filter is exactly this size
-	b := newBloom(n)
+	seed := NewSeed()
+	const n = 100_000 // over MinChunks: the filter is exactly this size
+	b := New(n)
 	r := rand.New(rand.NewPCG(1, 2))
 	random := func() hash.Hash {
 		var h hash.Hash
@@ -27,10 +27,10 @@ func TestBloomRates(t *testing.T) {
 	in := make([]hash.Hash, n)
 	for i := range in {
 		in[i] = random()
-		b.add(f.probes(&in[i]))
+		b.Add(seed.Probes(&in[i]))
 	}
 	for i := range in {
-		if !b.has(f.probes(&in[i])) {
+		if !b.Has(seed.Probes(&in[i])) {
 			t.Fatalf("chunk %d of %d added but not found", i, n)
 		}
 	}
@@ -38,7 +38,7 @@ func TestBloomRates(t *testing.T) {
 	const tries = 200_000
 	for range tries {
 		c := random()
-		if b.has(f.probes(&c)) {
+		if b.Has(seed.Probes(&c)) {
 			fp++
 		}
 	}
