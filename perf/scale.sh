@@ -25,7 +25,11 @@
 # SAMPLES (10000 per index), RATE (1000), DURATION (60 s), ZIPF (1.1), RANGE_SHARE (0.2), GATE (1),
 # SHARDS (4000; 0 skips), SHARD_SCOPES (4: the registration step runs once with one scope, 16
 # in flight (the per-scope upload limit), then with SHARD_SCOPES scopes, 16 each; 1 skips the
-# second), PG_TUNED (1: the durable restart uses the recommended production settings of
+# second), SHARD_DBS ("small large": the indexes the registration step runs on), SHARD_ONE (1;
+# 0 skips the one-scope run when SHARD_SCOPES > 1), SHARD_WINDOW (0; N > 0 samples the
+# registration step every N seconds and writes shards/s, origin and PostgreSQL CPU per shard,
+# WAL and full-page images per shard, and the load per window to OUT/shards-*.windows.txt:
+# the steady state after the restart's checkpoint), PG_TUNED (1: the durable restart uses the recommended production settings of
 # docs/origin.md, "PostgreSQL settings", PG_RECOMMENDED in perf/pg.sh; 0: the earlier ones,
 # max_wal_size 2GB), SHARED_BUFFERS (512MB), PREWARM (0; 1 loads every index into
 # shared_buffers with pg_prewarm before measuring, as on a server that has run a while: size
@@ -40,6 +44,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
 SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-512MB} PREWARM=${PREWARM:-0} ORIGIN_SRC=${ORIGIN_SRC:-}
+SHARD_DBS=${SHARD_DBS:-small large} SHARD_ONE=${SHARD_ONE:-1} SHARD_WINDOW=${SHARD_WINDOW:-0}
 GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
 log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -57,6 +62,9 @@ num SAMPLES "$SAMPLES"; num DURATION "$DURATION"; num SHARDS "$SHARDS"; num PORT
 [[ $MEASURE == 0 || $MEASURE == 1 ]] || die "MEASURE=$MEASURE: want 0 or 1"
 [[ $READ_AHEAD == 0 || $READ_AHEAD == 1 ]] || die "READ_AHEAD=$READ_AHEAD: want 0 or 1"
 [[ $RECON == 0 || $RECON == 1 ]] || die "RECON=$RECON: want 0 or 1"
+[[ $SHARD_ONE == 0 || $SHARD_ONE == 1 ]] || die "SHARD_ONE=$SHARD_ONE: want 0 or 1"
+num SHARD_WINDOW "$SHARD_WINDOW"
+for db in $SHARD_DBS; do [[ $db == small || $db == large ]] || die "SHARD_DBS=$SHARD_DBS: want small and/or large"; done
 [[ $PG_TUNED == 0 || $PG_TUNED == 1 ]] || die "PG_TUNED=$PG_TUNED: want 0 or 1"
 [[ $PREWARM == 0 || $PREWARM == 1 ]] || die "PREWARM=$PREWARM: want 0 or 1"
 [[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
@@ -85,7 +93,9 @@ watchdog=
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+	# || true: under set -e a failed kill (the watchdog has exited after stopping the run) ended
+	# this handler here and left PostgreSQL, the origins and the edges running.
+	[ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null || true
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	if [ -n "$pg_up" ]; then
@@ -323,6 +333,33 @@ if [ "$GATE" = 1 ]; then
 	done
 fi
 
+# windows DB SECONDS: until killed, one line per SECONDS of the registration step on DB: shards
+# registered (the origin's xet_origin_shard_registrations_total), the origin's and PostgreSQL's
+# CPU (/proc, pg_cpu) and WAL (pg_stat_wal) per shard in that window, and the load.
+windows() {
+	local db=$1 every=$2 hz t0 t n o p w prev=() cur=()
+	hz=$(getconf CLK_TCK) t0=$(date +%s)
+	sample() {
+		local f m
+		f=($(sed 's/^.*) //' "/proc/${OPID[$db]}/stat"))
+		m=$({ curl -sf --max-time 5 "http://${OADM[$db]}/metrics" || true; } | awk '/^xet_origin_shard_registrations_total/ && !/rejected/ { s += $NF } END { printf "%d", s }')
+		w=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_fpi, wal_bytes FROM pg_stat_wal" || echo 0 0))
+		cur=("$(date +%s.%N)" "$m" $((f[11] + f[12])) "$(pg_cpu "$PGPID")" "${w[0]}" "${w[1]}")
+	}
+	printf '%6s %9s %9s %10s %10s %9s %9s  %s\n' t_s shards shards/s origin_ms pg_ms fpi wal_B "load (1 min)"
+	sample
+	prev=("${cur[@]}")
+	while sleep "$every"; do
+		sample
+		awk -v t0="$t0" -v hz="$hz" -v l="$(cut -d' ' -f1 /proc/loadavg)" -v a="${prev[*]}" -v b="${cur[*]}" 'BEGIN {
+			split(a, p, " "); split(b, c, " "); n = c[2] - p[2]; d = c[1] - p[1]
+			if (n <= 0) { printf "%6d %9d %9s %10s %10s %9s %9s  %s\n", c[1] - t0, 0, "-", "-", "-", "-", "-", l; exit }
+			printf "%6d %9d %9.0f %10.3f %10.3f %9.2f %9.0f  %s\n", c[1] - t0, n, n / d, (c[3] - p[3]) * 1000 / hz / n,
+				(c[4] - p[4]) * 1000 / hz / n, (c[5] - p[5]) / n, (c[6] - p[6]) / n, l }'
+		prev=("${cur[@]}")
+	done
+}
+
 # shards DB K: SHARDS registrations over K scopes, 16 in flight per scope (the per-scope upload
 # limit), with the origin's CPU (ingestbench) and PostgreSQL's (pg_cpu, perf/pg.sh) per shard.
 shards() {
@@ -336,8 +373,18 @@ shards() {
 	psql_ -d postgres -At -c "SELECT 'background at the start: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >"$OUT/$name.bg.txt"
 	c0=$(pg_cpu "$PGPID") w0=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
+	local spid=
+	if [ "$SHARD_WINDOW" -gt 0 ]; then
+		windows "$db" "$SHARD_WINDOW" >"$OUT/$name.windows.txt" &
+		spid=$!
+	fi
 	"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
 		-n "$SHARDS" -concurrency $((16 * k)) >"$OUT/$name.txt" || die "ingestbench failed"
+	if [ -n "$spid" ]; then
+		kill "$spid" 2>/dev/null || true
+		wait "$spid" 2>/dev/null || true
+		cat "$OUT/$name.windows.txt"
+	fi
 	psql_ -d postgres -At -c "SELECT 'background at the end: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >>"$OUT/$name.bg.txt"
 	c1=$(pg_cpu "$PGPID") w1=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
@@ -349,8 +396,8 @@ shards() {
 	cat "$OUT/$name.txt"
 }
 if [ "$SHARDS" -gt 0 ]; then
-	for db in small large; do
-		shards $db 1
+	for db in $SHARD_DBS; do
+		if [ "$SHARD_ONE" = 1 ] || [ "$SHARD_SCOPES" = 1 ]; then shards $db 1; fi
 		if [ "$SHARD_SCOPES" -gt 1 ]; then shards $db "$SHARD_SCOPES"; fi
 	done
 fi

@@ -102,13 +102,31 @@ type Registration struct {
 	Shard hash.Hash           // hash of the shard body
 	Scope string              // repository the uploading token was issued for
 	Files []*recon.FileRecord // files of the shard; a file already registered keeps its first record
-	Xorbs []hash.Hash         // xorbs its dedup entries offer, returned by DedupXorbs: those the shard describes, then (bounded) those its files reference
+	Xorbs []hash.Hash         // xorbs its dedup entries offer, returned by DedupXorbs: those the shard describes, then (bounded) those its files reference; Inherit adds more
 	Dedup []hash.Hash         // eligible chunk hashes (docs/protocol.md §8.6), computed by the caller
 	// Body, when not empty, is the shard body, kept inline in the shard row and committed with
 	// the rest (see ShardBodies); empty means the caller stored it elsewhere (the object store).
 	// A known shard keeps its first body.
 	Body []byte
+	// Inherit lists chunks (the first chunks of the shard's files) whose current dedup entries
+	// the registration takes over and whose offered xorbs it keeps offering: what
+	// DedupXorbsOf(Inherit) returns when the registration is committed is appended to Xorbs,
+	// skipping xorbs already there, at most InheritMax of them. The backend looks them up with
+	// the registration (Postgres: one lookup for a whole registration batch) instead of the
+	// caller making a round trip of its own per shard.
+	Inherit    []hash.Hash
+	InheritMax int
+	// Require, when not empty, lists xorbs Scope must possess (Possessed) for the registration
+	// to commit. The backend checks them with the registration (Postgres: one statement for a
+	// whole batch, in its transaction); when one is missing nothing is registered and the error
+	// wraps ErrNotPossessed. Ingest sends the xorbs a shard references in place of a Possessed
+	// lookup of its own, and runs the full possession check when this fails.
+	Require []hash.Hash
 }
+
+// ErrNotPossessed is returned by RegisterShard when the scope does not possess a xorb of
+// Registration.Require.
+var ErrNotPossessed = errors.New("index: scope does not possess a required xorb")
 
 // Event is one visibility revocation, in the order edges must apply them.
 type Event struct {
@@ -153,7 +171,7 @@ type Index interface {
 	// DedupXorbsOf is DedupXorbs for several chunks in one round trip: what the entry of each
 	// chunk offers, concatenated in the order of chunks; a chunk without an entry adds nothing
 	// (no ErrNotFound). A registration inherits what the entries of its files' first chunks
-	// offered (ingest), with one lookup for all of them.
+	// offered through Registration.Inherit, which the implementations answer this way.
 	DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error)
 	// RecordPossession records that a writer of scope uploaded xorb (validated, new or already
 	// stored), so that scope may reference it where a hash alone is no proof of holding its
@@ -255,6 +273,37 @@ type Batch struct {
 	// Refs are the xorbs the files' terms reference, sorted, unique: the registration revives
 	// the condemned ones and is refused if one was swept (index.Lifecycle).
 	Refs []hash.Hash
+	// Inherit and InheritMax are Registration's: the implementation looks up
+	// DedupXorbsOf(Inherit) and passes the answer to AddInherited before writing Xorbs.
+	Inherit    []hash.Hash
+	InheritMax int
+	Require    []hash.Hash // Registration.Require, sorted, unique
+	own        int         // len(Xorbs) before AddInherited
+}
+
+// AddInherited appends to b.Xorbs the xorbs of inherited (DedupXorbsOf(b.Inherit)) it does
+// not hold yet, in order, at most b.InheritMax of them (Registration.Inherit). Called again
+// (a retried batch), it replaces what the previous call added.
+func (b *Batch) AddInherited(inherited []hash.Hash) {
+	b.Xorbs = b.Xorbs[:b.own]
+	if len(inherited) == 0 || b.InheritMax <= 0 {
+		return
+	}
+	seen := make(map[hash.Hash]bool, len(b.Xorbs)/hash.Size+b.InheritMax)
+	for i := 0; i+hash.Size <= len(b.Xorbs); i += hash.Size {
+		seen[hash.Hash(b.Xorbs[i:i+hash.Size])] = true
+	}
+	added := 0
+	for _, x := range inherited {
+		if added == b.InheritMax {
+			return
+		}
+		if !seen[x] {
+			seen[x] = true
+			b.Xorbs = append(b.Xorbs, x[:]...)
+			added++
+		}
+	}
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
@@ -282,6 +331,9 @@ func NewBatch(r *Registration) (*Batch, error) {
 		Records:    make([][]byte, len(files)),
 		Dedup:      SortedUnique(r.Dedup),
 		Xorbs:      make([]byte, 0, len(r.Xorbs)*hash.Size),
+		Inherit:    r.Inherit,
+		InheritMax: r.InheritMax,
+		Require:    SortedUnique(r.Require),
 	}
 	if len(r.Body) > 0 {
 		b.Body = r.Body
@@ -308,6 +360,7 @@ func NewBatch(r *Registration) (*Batch, error) {
 		seen[x] = struct{}{}
 		b.Xorbs = append(b.Xorbs, x[:]...)
 	}
+	b.own = len(b.Xorbs)
 	return b, nil
 }
 

@@ -24,7 +24,12 @@ const progressEvery = 4096
 // chunk range it gave) but never what is stored: no stored chunk count, size, or chunk hash,
 // and no hash computed from stored chunks. A writer may probe any xorb hash, so every such
 // detail would be a leak (docs/security.md, "What a hash grants").
-func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, progress func(Progress)) ([]*recon.FileRecord, map[hash.Hash]*xorb.Layout, error) {
+//
+// With assumeHeld, the possession check (checkPossession) is skipped as if scope possessed every
+// xorb the shard references: the caller must then have the registration require that
+// (index.Registration.Require, possessionRefs) and run the full check when it does not hold, or
+// when this check fails, so that the answer is the full check's.
+func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, progress func(Progress), assumeHeld bool) ([]*recon.FileRecord, map[hash.Hash]*xorb.Layout, error) {
 	var total, refs uint64
 	for i := range sh.Files {
 		f := &sh.Files[i]
@@ -48,8 +53,10 @@ func (s *Service) check(ctx context.Context, scope string, sh *shard.Shard, prog
 	}
 	// Before any comparison with the stored layouts, so that a shard naming a single-chunk
 	// xorb its scope does not hold learns nothing about it.
-	if err := s.checkPossession(ctx, scope, sh, layouts); err != nil {
-		return nil, nil, err
+	if !assumeHeld {
+		if err := s.checkPossession(ctx, scope, sh, layouts); err != nil {
+			return nil, nil, err
+		}
 	}
 	for i := range sh.Xorbs {
 		if err := checkXorbBlock(&sh.Xorbs[i], layouts[sh.Xorbs[i].Hash]); err != nil {
@@ -122,6 +129,21 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 	return out, nil
 }
 
+// possessionRefs lists the xorbs whose possession by the scope makes checkPossession pass
+// without further lookups: those of the shard's xorb blocks and terms, sorted, unique.
+func possessionRefs(sh *shard.Shard) []hash.Hash {
+	var refs []hash.Hash
+	for i := range sh.Xorbs {
+		refs = append(refs, sh.Xorbs[i].Hash)
+	}
+	for i := range sh.Files {
+		for _, t := range sh.Files[i].Terms {
+			refs = append(refs, t.Xorb)
+		}
+	}
+	return index.SortedUnique(refs)
+}
+
 // checkPossession requires scope to hold the bytes of every term whose verification hash and
 // file hash follow from public hashes (docs/security.md, "What a hash grants"). Xorb hashes are
 // public (every reconstruction answer and transfer URL carries them); raw chunk hashes are not
@@ -145,16 +167,7 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 // cost more than one batch of primary-key probes: one more probe per such term (its first chunk).
 func (s *Service) checkPossession(ctx context.Context, scope string, sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) error {
 	// Every referenced xorb scope uploaded, from one probe each.
-	var refs []hash.Hash
-	for i := range sh.Xorbs {
-		refs = append(refs, sh.Xorbs[i].Hash)
-	}
-	for i := range sh.Files {
-		for _, t := range sh.Files[i].Terms {
-			refs = append(refs, t.Xorb)
-		}
-	}
-	held, err := s.possessed(ctx, scope, index.SortedUnique(refs))
+	held, err := s.possessed(ctx, scope, possessionRefs(sh))
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,6 @@ type Index interface {
 	Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error)
 	RegisterShard(ctx context.Context, r *index.Registration) (bool, error)
 	DedupXorbs(ctx context.Context, chunk hash.Hash) ([]hash.Hash, error)
-	DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash, error) // entries a registration takes over
 	RecordPossession(ctx context.Context, scope string, xorb hash.Hash) error
 	Possessed(ctx context.Context, scope string, hs []hash.Hash) (map[hash.Hash]bool, error)
 }

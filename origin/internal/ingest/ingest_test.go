@@ -151,3 +151,31 @@ func TestRegisterShardProgress(t *testing.T) {
 		t.Fatalf("chunk-reference limit: %v", err)
 	}
 }
+
+// TestRegisterShardCheckOrder: registration first checks a shard as if its scope possessed every
+// xorb it references (the index then requires that), but a shard that fails that check gets the
+// full check's answer, possession first. Here a writer of scope B claims a single-chunk xorb of
+// scope A with a range past its one chunk: the answer must be the missing xorb (as if it were not
+// stored), not the bad range, which would tell B that a xorb with that hash exists.
+func TestRegisterShardCheckOrder(t *testing.T) {
+	svc, db, _ := newService(t)
+	ctx := context.Background()
+	b := xorb.NewBuilder(xorb.None)
+	raw := []byte("one chunk of scope A")
+	b.Add(raw, hash.Chunk(raw))
+	body, l := b.Finish()
+	if _, err := svc.PutXorb(ctx, "models/acme/a", Prefix, l.Hash, body); err != nil {
+		t.Fatal(err)
+	}
+	leaves := []hash.Leaf{{Hash: l.ChunkHashes[0], Size: uint64(len(raw))}}
+	s := &shard.Shard{Files: []shard.File{{Hash: hash.File(leaves),
+		Terms:        []shard.Term{{Xorb: l.Hash, RawBytes: uint32(len(raw)), Start: 0, End: 2}},
+		Verification: []hash.Hash{hash.Verification(l.ChunkHashes)}}}}
+	_, err := svc.RegisterShard(ctx, "models/acme/b", s.AppendUpload(nil), nil)
+	if !errors.Is(err, ErrMissingXorb) {
+		t.Fatalf("claim of a single-chunk xorb of another scope, bad range: %v, want ErrMissingXorb", err)
+	}
+	if _, err := db.File(ctx, s.Files[0].Hash, "models/acme/b"); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("refused file visible: %v", err)
+	}
+}

@@ -294,7 +294,17 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	if err != nil {
 		return false, err
 	}
-	files, layouts, err := s.check(ctx, scope, sh, progress)
+	// First as if scope possessed every xorb the shard references, which the registration then
+	// requires (index.Registration.Require: checked in its transaction, no lookup of its own).
+	// Should this check fail, or the registration find a xorb not possessed, the full check
+	// (checkPossession first) runs and its answer is the one given; it reports no progress
+	// (the client saw the validation through once).
+	require := true
+	files, layouts, err := s.check(ctx, scope, sh, progress, true)
+	if err != nil {
+		require = false
+		files, layouts, err = s.check(ctx, scope, sh, func(Progress) {}, false)
+	}
 	s.validation.WithLabelValues("shard").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return false, err
@@ -313,13 +323,21 @@ func (s *Service) RegisterShard(ctx context.Context, scope string, body []byte, 
 	progress(Progress{Stage: StageSyncing})
 	// A file start this shard takes over keeps offering what its entry offered (the previous
 	// version's xorbs, or the siblings of the shard that stored it): newest-wins loses nothing.
-	// One lookup for all of them (index.Index.DedupXorbsOf).
-	inherited, err := s.idx.DedupXorbsOf(ctx, starts)
-	if err != nil {
-		return false, fmt.Errorf("register shard %s: dedup entries of %d file starts: %w", h, len(starts), err)
+	// The index looks them up with the registration (index.Registration.Inherit).
+	reg.Xorbs, reg.InheritMax = offeredXorbs(sh)
+	reg.Inherit = starts
+	if require {
+		reg.Require = possessionRefs(sh)
 	}
-	reg.Xorbs = offeredXorbs(sh, inherited)
 	ins, err := s.idx.RegisterShard(ctx, reg)
+	if require && errors.Is(err, index.ErrNotPossessed) {
+		// Not every xorb was uploaded to scope: the full check decides (public chunks, proofs).
+		if _, _, err := s.check(ctx, scope, sh, func(Progress) {}, false); err != nil {
+			return false, err
+		}
+		reg.Require = nil
+		ins, err = s.idx.RegisterShard(ctx, reg)
+	}
 	if errors.Is(err, index.ErrXorbGone) {
 		// Collected after the checks passed (docs/decisions.md, "Data lifecycle"): the client
 		// must upload the xorb again. %v: not the index's not-found, which would be a 404.
@@ -411,11 +429,12 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, star
 // offeredXorbs lists the xorbs the dedup entries of a registration offer (index.Registration.Xorbs):
 // the xorbs the shard describes, in its order, then up to MaxOfferedReferenced more: those its
 // files reference without describing them, in the order the files first name them, then the
-// inherited ones. A new version of a file that changed a few blocks describes only the xorb of
-// those blocks; the rest of it lives in the xorbs of earlier versions, and a client uploading
-// the next version needs both.
-func offeredXorbs(sh *shard.Shard, inherited []hash.Hash) []hash.Hash {
-	out := make([]hash.Hash, 0, len(sh.Xorbs))
+// inherited ones (index.Registration.Inherit; room is how many of those still fit). A new
+// version of a file that changed a few blocks describes only the xorb of those blocks; the rest
+// of it lives in the xorbs of earlier versions, and a client uploading the next version needs
+// both.
+func offeredXorbs(sh *shard.Shard) (out []hash.Hash, room int) {
+	out = make([]hash.Hash, 0, len(sh.Xorbs))
 	seen := make(map[hash.Hash]bool, len(sh.Xorbs))
 	for i := range sh.Xorbs {
 		if h := sh.Xorbs[i].Hash; !seen[h] {
@@ -424,28 +443,17 @@ func offeredXorbs(sh *shard.Shard, inherited []hash.Hash) []hash.Hash {
 		}
 	}
 	extra := 0
-	add := func(h hash.Hash) bool {
-		if extra == MaxOfferedReferenced {
-			return false
-		}
-		if !seen[h] {
-			seen[h] = true
-			out = append(out, h)
-			extra++
-		}
-		return true
-	}
 	for i := range sh.Files {
 		for _, t := range sh.Files[i].Terms {
-			if !add(t.Xorb) {
-				return out
+			if extra == MaxOfferedReferenced {
+				return out, 0
+			}
+			if !seen[t.Xorb] {
+				seen[t.Xorb] = true
+				out = append(out, t.Xorb)
+				extra++
 			}
 		}
 	}
-	for _, h := range inherited {
-		if !add(h) {
-			break
-		}
-	}
-	return out
+	return out, MaxOfferedReferenced - extra
 }

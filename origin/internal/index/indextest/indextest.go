@@ -37,18 +37,22 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentRegistration", testConcurrentRegistration},
 		{"ConcurrentPutXorb", testConcurrentPutXorb},
 		{"Dedup", testDedup},
+		{"Inherit", testInherit},
+		{"ConcurrentInherit", testConcurrentInherit},
 		{"HideAndEvents", testHideAndEvents},
 		{"EventsPaging", testEventsPaging},
 		{"ConcurrentHide", testConcurrentHide},
 		{"Delete", testDelete},
 		{"Visible", testVisible},
 		{"Collect", testCollect},
+		{"InheritCondemned", testInheritCondemned},
 		{"CollectorLock", testCollectorLock},
 		{"CollectShards", testCollectShards},
 		{"LargeRecord", testLargeRecord},
 		{"ShardBody", testShardBody},
 		{"ConcurrentShardBodies", testConcurrentShardBodies},
 		{"Possession", testPossession},
+		{"Require", testRequire},
 		{"Invalid", testInvalid},
 		{"Canceled", testCanceled},
 		{"Close", testClose},
@@ -525,6 +529,120 @@ func testDedup(t *testing.T, ix index.Index) {
 	}
 }
 
+// testInherit: a registration that takes over an entry keeps offering what it offered
+// (Registration.Inherit): the backend appends those xorbs to the registration's own, skipping
+// those it has, at most InheritMax of them, in the order of Inherit.
+func testInherit(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(17)
+	a := g.Registration("models/acme/inh-a", 1, 3, 2)
+	mustRegister(t, ix, a, true)
+	b := g.Registration("models/acme/inh-b", 1, 2, 1)
+	b.Dedup = append(b.Dedup, a.Dedup[0])
+	b.Inherit, b.InheritMax = []hash.Hash{g.Hash(), a.Dedup[0]}, 2 // a chunk without an entry adds nothing
+	mustRegister(t, ix, b, true)
+	bOffers := slices.Concat(b.Xorbs, a.Xorbs[:2])
+	if xs, err := ix.DedupXorbs(ctx, a.Dedup[0]); err != nil || !slices.Equal(xs, bOffers) {
+		t.Fatalf("DedupXorbs after b inherited a's entry = %v, %v; want b's xorbs, then 2 of a's %v", xs, err, bOffers)
+	}
+	if xs, err := ix.DedupXorbs(ctx, b.Dedup[0]); err != nil || !slices.Equal(xs, bOffers) {
+		t.Fatalf("DedupXorbs of b's own chunk = %v, %v; want %v (one list per shard)", xs, err, bOffers)
+	}
+	// A xorb the registration offers already is skipped and does not count.
+	c := g.Registration("models/other/inh-c", 1, 1, 0)
+	c.Xorbs = append(c.Xorbs, b.Xorbs[0])
+	c.Dedup = []hash.Hash{a.Dedup[0], a.Dedup[1]}
+	c.Inherit, c.InheritMax = []hash.Hash{a.Dedup[0], a.Dedup[1]}, 3
+	mustRegister(t, ix, c, true)
+	want := []hash.Hash{c.Xorbs[0], b.Xorbs[0], b.Xorbs[1], a.Xorbs[0], a.Xorbs[1]}
+	if xs, err := ix.DedupXorbs(ctx, a.Dedup[1]); err != nil || !slices.Equal(xs, want) {
+		t.Fatalf("DedupXorbs after c inherited b's and a's entries = %v, %v; want %v", xs, err, want)
+	}
+	// InheritMax 0: nothing inherited.
+	d := g.Registration("models/other/inh-d", 1, 1, 0)
+	d.Dedup, d.Inherit = []hash.Hash{a.Dedup[0]}, []hash.Hash{a.Dedup[0]}
+	mustRegister(t, ix, d, true)
+	if xs, err := ix.DedupXorbs(ctx, a.Dedup[0]); err != nil || !slices.Equal(xs, d.Xorbs) {
+		t.Fatalf("DedupXorbs after d (InheritMax 0) = %v, %v; want only d's %v", xs, err, d.Xorbs)
+	}
+	// Many chunks to inherit (Postgres looks up 16 or more with one statement), most without
+	// an entry: the entries found, in the order of Inherit.
+	e := g.Registration("models/other/inh-e", 1, 1, 1)
+	e.Inherit, e.InheritMax = append(g.Hashes(18), a.Dedup[1], b.Dedup[0]), 10
+	mustRegister(t, ix, e, true)
+	want = append([]hash.Hash{e.Xorbs[0]}, want...) // c's list (a.Dedup[1]); b's adds nothing new
+	if xs, err := ix.DedupXorbs(ctx, e.Dedup[0]); err != nil || !slices.Equal(xs, want) {
+		t.Fatalf("DedupXorbs after e inherited 20 chunks' entries = %v, %v; want %v", xs, err, want)
+	}
+}
+
+// testConcurrentInherit: registrations from several scopes at once, each taking over the same
+// file start and inheriting its entry (Postgres batches them). The entry ends naming one of
+// them, offering its own xorbs first, then only xorbs that an earlier entry offered.
+func testConcurrentInherit(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(19)
+	base := g.Registration("models/acme/cinh", 1, 2, 1)
+	mustRegister(t, ix, base, true)
+	start := base.Dedup[0]
+	const n = 24
+	regs := make([]*index.Registration, n)
+	known := map[hash.Hash]bool{base.Xorbs[0]: true, base.Xorbs[1]: true}
+	for i := range regs {
+		r := g.Registration(fmt.Sprintf("models/acme/cinh-%d", i%4), 1, 1, 1)
+		r.Dedup = append(r.Dedup, start)
+		r.Inherit, r.InheritMax = []hash.Hash{start}, maxInheritTest
+		regs[i], known[r.Xorbs[0]] = r, true
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, r := range regs {
+		wg.Go(func() {
+			if _, err := ix.RegisterShard(ctx, r); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	xs, err := ix.DedupXorbs(ctx, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var winner *index.Registration
+	for _, r := range regs {
+		if len(xs) > 0 && xs[0] == r.Xorbs[0] {
+			winner = r
+		}
+	}
+	if winner == nil {
+		t.Fatalf("DedupXorbs(start) = %v: not led by one of the concurrent registrations", xs)
+	}
+	seen := map[hash.Hash]bool{}
+	for _, x := range xs {
+		if !known[x] || seen[x] {
+			t.Fatalf("DedupXorbs(start) = %v: %s unknown or repeated", xs, x)
+		}
+		seen[x] = true
+	}
+	// Whatever it inherited, the base's xorbs came down to it (every entry of start offered them).
+	if !seen[base.Xorbs[0]] || !seen[base.Xorbs[1]] {
+		t.Fatalf("DedupXorbs(start) = %v: lost the first version's xorbs %v", xs, base.Xorbs)
+	}
+	// Each registration's own chunk names it, with its own xorb first.
+	for _, r := range regs {
+		if got, err := ix.DedupXorbs(ctx, r.Dedup[0]); err != nil || len(got) == 0 || got[0] != r.Xorbs[0] {
+			t.Fatalf("DedupXorbs of %s's own chunk = %v, %v", r.Shard, got, err)
+		}
+	}
+}
+
+// maxInheritTest is the InheritMax of testConcurrentInherit: room for every xorb.
+const maxInheritTest = 64
+
 func testHideAndEvents(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
 	g := NewGen(8)
@@ -783,6 +901,68 @@ func testConcurrentShardBodies(t *testing.T, ix index.Index) {
 	}
 	for _, r := range regs {
 		wantBody(t, sb, r.Shard, r.Body)
+	}
+}
+
+// testRequire: a registration requiring xorbs (Registration.Require) commits only when its scope
+// possesses every one of them; otherwise it fails with ErrNotPossessed and leaves no trace.
+// Registrations running at the same time (one Postgres batch) fail or commit each on its own.
+func testRequire(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(31)
+	const scope, other = "models/acme/req", "models/acme/req-other"
+	x1, x2 := g.Hash(), g.Hash()
+	if err := ix.RecordPossession(ctx, scope, x1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.RecordPossession(ctx, other, x2); err != nil {
+		t.Fatal(err)
+	}
+	ok := g.Registration(scope, 1, 1, 1)
+	ok.Require = []hash.Hash{x1, x1}
+	mustRegister(t, ix, ok, true)
+	wantFile(t, ix, ok.Files[0], scope)
+	bad := g.Registration(scope, 1, 1, 1)
+	bad.Require = []hash.Hash{x1, x2} // x2: possessed by another scope only
+	if _, err := ix.RegisterShard(ctx, bad); !errors.Is(err, index.ErrNotPossessed) {
+		t.Fatalf("RegisterShard requiring a xorb the scope does not possess: %v, want ErrNotPossessed", err)
+	}
+	wantHidden(t, ix, bad.Files[0].Hash, scope)
+	if _, err := ix.DedupXorbs(ctx, bad.Dedup[0]); !errors.Is(err, index.ErrNotFound) {
+		t.Fatalf("DedupXorbs of the refused registration's chunk: %v, want ErrNotFound", err)
+	}
+	// Concurrently, from two scopes: every third registration requires what its scope lacks.
+	const n = 24
+	regs := make([]*index.Registration, n)
+	for i := range regs {
+		sc, x := scope, x1
+		if i%2 == 1 {
+			sc, x = other, x2
+		}
+		if i%3 == 0 {
+			x = g.Hash()
+		}
+		regs[i] = g.Registration(sc, 1, 1, 1)
+		regs[i].Require = []hash.Hash{x}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, r := range regs {
+		wg.Go(func() { _, errs[i] = ix.RegisterShard(ctx, r) })
+	}
+	wg.Wait()
+	for i, r := range regs {
+		if i%3 == 0 {
+			if !errors.Is(errs[i], index.ErrNotPossessed) {
+				t.Fatalf("registration %d (xorb not possessed): %v, want ErrNotPossessed", i, errs[i])
+			}
+			wantHidden(t, ix, r.Files[0].Hash, r.Scope)
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("registration %d: %v", i, errs[i])
+		}
+		wantFile(t, ix, r.Files[0], r.Scope)
 	}
 }
 

@@ -153,6 +153,35 @@ func recordOver(g *Gen, xs ...hash.Hash) *recon.FileRecord {
 	return f
 }
 
+// testInheritCondemned: a registration does not inherit (Registration.Inherit) a xorb that was
+// condemned when it committed, even once that xorb is revived later.
+func testInheritCondemned(t *testing.T, ix index.Index) {
+	ctx := ctxOf(t)
+	g := NewGen(29)
+	ls := []*xorb.Layout{g.Layout(2), g.Layout(1)}
+	xa, xb := ls[0].Hash, ls[1].Hash
+	for _, l := range ls {
+		if _, err := ix.PutXorb(ctx, l, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const scope = "models/acme/inhgc"
+	r1 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{recordOver(g, xa)}, Xorbs: []hash.Hash{xa, xb}, Dedup: g.Hashes(1)}
+	mustRegister(t, ix, r1, true)
+	if err := ix.Condemn(ctx, []hash.Hash{xb}, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	own := g.Hash()
+	r2 := &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{recordOver(g, xa)}, Xorbs: []hash.Hash{own},
+		Dedup: []hash.Hash{r1.Dedup[0]}, Inherit: []hash.Hash{r1.Dedup[0]}, InheritMax: 8}
+	mustRegister(t, ix, r2, true)
+	// Revive xb: a registration referencing it.
+	mustRegister(t, ix, &index.Registration{Shard: g.Hash(), Scope: scope, Files: []*recon.FileRecord{recordOver(g, xb)}}, true)
+	if got, err := ix.DedupXorbs(ctx, r1.Dedup[0]); err != nil || !slices.Equal(got, []hash.Hash{own, xa}) {
+		t.Fatalf("DedupXorbs after inheriting with xb condemned, then reviving it = %v, %v; want [%s %s]", got, err, own, xa)
+	}
+}
+
 // testCollect: the garbage collector's index protocol. Condemned xorbs leave the dedup answers
 // and come back when a registration references them; Sweep removes only what is condemned
 // since before its cutoff and whose dead files are still invisible, with the dead records;

@@ -42,17 +42,18 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		q    string
 		args []any
 	}{
-		"XorbSize":    {qXorbSize, []any{k}},
-		"Layouts":     {qLayouts, []any{[][]byte{k, k, k}}},
-		"File":        {qFile, []any{"models/s/7", k}},
-		"Dedup":       {qDedup, []any{k}},
-		"DedupEntry":  {qDedupEntry, []any{k}},
-		"CollectedOf": {qCollectedOf, []any{[][]byte{k, k}}},
-		"ShardBody":   {qBody, []any{k}},
-		"Events":      {qEvents, []any{int64(5), 10}},
-		"HideScope":   {qHideScope, []any{"models/s/7"}},
-		"HideFiles":   {qHideFiles, []any{"models/s/7", [][]byte{k}}},
-		"Possessed":   {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
+		"XorbSize":     {qXorbSize, []any{k}},
+		"Layouts":      {qLayouts, []any{[][]byte{k, k, k}}},
+		"File":         {qFile, []any{"models/s/7", k}},
+		"Dedup":        {qDedup, []any{k}},
+		"DedupEntry":   {qDedupEntry, []any{k}},
+		"DedupEntries": {qDedupEntries, []any{[][]byte{k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k}}},
+		"CollectedOf":  {qCollectedOf, []any{[][]byte{k, k}}},
+		"ShardBody":    {qBody, []any{k}},
+		"Events":       {qEvents, []any{int64(5), 10}},
+		"HideScope":    {qHideScope, []any{"models/s/7"}},
+		"HideFiles":    {qHideFiles, []any{"models/s/7", [][]byte{k}}},
+		"Possessed":    {qPossessed, []any{"models/s/7", [][]byte{k, k}}},
 		// The collector's deletes by the secondary keys (migration 0006), and the dedup entries
 		// of shards by their chunk lists (migration 0007).
 		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},

@@ -424,16 +424,38 @@ func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byt
 }
 
 // registerTx is a batch registration's transaction: under the shared collector lock, refuse
-// if a referenced xorb was swept, revive the condemned ones, then register. The lock, the check,
-// the revival and the registration go in one round trip (a pgx batch inside the transaction):
-// when the check finds a swept xorb, the transaction is rolled back, registration and all.
-func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map[hash.Hash]bool, error) {
+// if a referenced xorb was swept, revive the condemned ones, look up the dedup entries the
+// batch inherits (Registration.Inherit), then register. Without inherited entries the lock,
+// the check, the revival and the registration go in one round trip (a pgx batch inside the
+// transaction); with them, the entry lookups join that first round trip, the condemned/swept
+// check of the xorbs they offer is a second and the registration a third: for the whole batch,
+// where each registration made one or two of its own before. When the check finds a swept
+// xorb, the transaction is rolled back, registration and all.
+func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		var gone []hash.Hash
 		out = map[hash.Hash]bool{}
+		var starts []hash.Hash
+		for _, op := range ops {
+			starts = append(starts, op.b.Inherit...)
+		}
+		starts = index.SortedUnique(starts)
 		batch := &pgx.Batch{}
 		batch.Queue(qLockGCShare, lockGC)
+		var unpossessed []int
+		if ri, rs, rx := requireArgs(ops); len(ri) > 0 {
+			batch.Queue(qUnpossessed, ri, rs, rx).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var i int32
+					if err := rows.Scan(&i); err != nil {
+						return err
+					}
+					unpossessed = append(unpossessed, int(i))
+				}
+				return rows.Err()
+			})
+		}
 		if len(refs) > 0 {
 			ra := hashArgs(refs)
 			batch.Queue(qSweptRefs, ra).Query(func(rows pgx.Rows) (err error) {
@@ -442,7 +464,36 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map
 			})
 			batch.Queue(qRevive, ra)
 		}
-		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
+		if len(starts) > 0 {
+			// After the revival: a referenced xorb an entry offers is not condemned any more.
+			offers := queueDedupEntries(batch, starts)
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				return err
+			}
+			if len(unpossessed) > 0 {
+				return &notPossessed{ops: unpossessed}
+			}
+			if len(gone) > 0 {
+				return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
+			}
+			collected, err := collectedOf(ctx, tx, offers)
+			if err != nil {
+				return err
+			}
+			for _, op := range ops {
+				var inherited []hash.Hash
+				for _, c := range op.b.Inherit {
+					for _, x := range offers[c] {
+						if !collected[x] {
+							inherited = append(inherited, x)
+						}
+					}
+				}
+				op.b.AddInherited(inherited)
+			}
+			batch = &pgx.Batch{}
+		}
+		batch.Queue(qRegister, registerArgs(ops)...).Query(func(rows pgx.Rows) error {
 			hs, err := scanHashes(rows)
 			for _, h := range hs {
 				out[h] = true
@@ -452,12 +503,40 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, args []any) (map
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
+		if len(unpossessed) > 0 {
+			return &notPossessed{ops: unpossessed} // rolled back, registration and all
+		}
 		if len(gone) > 0 {
 			return fmt.Errorf("%w: %w: %s", index.ErrNotFound, index.ErrXorbGone, gone[0])
 		}
 		return nil
 	})
 	return out, err
+}
+
+// qUnpossessed returns the registrations of a batch (their index in it) whose scope does not
+// possess one of the xorbs they require (index.Registration.Require): one primary-key probe of
+// possession per (scope, xorb).
+const qUnpossessed = `SELECT DISTINCT u.i FROM unnest($1::int4[], $2::text[], $3::bytea[]) AS u(i, sc, x)
+WHERE NOT EXISTS (SELECT 1 FROM possession p WHERE p.scope = u.sc AND p.xorb = u.x)`
+
+// requireArgs builds qUnpossessed's arrays from a batch: each required xorb with its op's index
+// and scope.
+func requireArgs(ops []*regOp) (is []int32, scopes []string, xs [][]byte) {
+	for i, op := range ops {
+		for _, x := range op.b.Require {
+			is, scopes, xs = append(is, int32(i)), append(scopes, op.b.Scope), append(xs, x[:])
+		}
+	}
+	return is, scopes, xs
+}
+
+// notPossessed is registerTx's error when registrations of the batch (ops, indexes in it) lack
+// a required xorb; the transaction was rolled back.
+type notPossessed struct{ ops []int }
+
+func (e *notPossessed) Error() string {
+	return fmt.Sprintf("%d registrations lack a required xorb", len(e.ops))
 }
 
 // lockCollector: "xetcdn" 4, one garbage collection at a time (session-scoped).

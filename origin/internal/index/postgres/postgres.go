@@ -345,10 +345,14 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// custom plan for an array of known length always looks cheaper than the generic plan — and
 	// planning it cost more than running it; forced onto a generic plan, the plan cached while
 	// the tables were small kept scanning them as they grew.)
-	qDedupEntry  = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
-	qCollectedOf = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
-	qEvents      = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
-	qBody        = `SELECT body FROM shards WHERE hash = $1`
+	qDedupEntry = `SELECT s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = $1`
+	// qDedupEntries is qDedupEntry for many chunks at once: a registration batch's file starts
+	// (at least dedupArrayMin of them). It is planned at every call, which for tens of chunks
+	// costs less than one statement each (queueDedupEntries).
+	qDedupEntries = `SELECT d.chunk, s.xorbs FROM dedup d JOIN shards s ON s.hash = d.shard WHERE d.chunk = ANY($1::bytea[])`
+	qCollectedOf  = `SELECT xorb FROM condemned WHERE xorb = ANY($1::bytea[]) UNION ALL SELECT xorb FROM swept WHERE xorb = ANY($1::bytea[])`
+	qEvents       = `SELECT seq, scope, files, at, xorbs FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`
+	qBody         = `SELECT body FROM shards WHERE hash = $1`
 
 	qPutPossession = `INSERT INTO possession(scope, xorb) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	qPossessed     = `SELECT xorb FROM possession WHERE scope = $1 AND xorb = ANY($2::bytea[])`
@@ -614,7 +618,6 @@ func (db *DB) register(ops []*regOp) {
 	if len(live) == 0 {
 		return
 	}
-	args := registerArgs(live)
 	ctx, cancel := context.WithTimeout(context.Background(), db.writeTimeout)
 	defer cancel()
 	var refs []hash.Hash
@@ -629,9 +632,28 @@ func (db *DB) register(ops []*regOp) {
 	}
 	var newShards map[hash.Hash]bool
 	err := db.retry(ctx, func() (err error) {
-		newShards, err = db.registerTx(ctx, refs, args) // lifecycle.go
+		newShards, err = db.registerTx(ctx, refs, live) // lifecycle.go
 		return err
 	})
+	if np := (*notPossessed)(nil); errors.As(err, &np) {
+		// Those fail alone; the others are registered without them.
+		bad := make(map[int]bool, len(np.ops))
+		for _, i := range np.ops {
+			bad[i] = true
+		}
+		var rest []*regOp
+		for i, op := range live {
+			if bad[i] {
+				op.done <- regResult{err: fmt.Errorf("%w: in %q", index.ErrNotPossessed, op.b.Scope)}
+			} else {
+				rest = append(rest, op)
+			}
+		}
+		if len(rest) > 0 {
+			db.register(rest)
+		}
+		return
+	}
 	if err != nil {
 		err = translate(err)
 		if ctx.Err() != nil {
@@ -655,7 +677,11 @@ func (db *DB) register(ops []*regOp) {
 		delete(newShards, op.b.Shard)
 	}
 	// The other origins' filters learn the entries; the callers need not wait for it.
-	db.notifyDedup(ctx, args[7].([][]byte))
+	var chunks []hash.Hash
+	for _, op := range live {
+		chunks = append(chunks, op.b.Dedup...)
+	}
+	db.notifyDedup(ctx, hashArgs(index.SortedUnique(chunks))) // qRegister's dedup chunks
 }
 
 // registerArgs builds the arrays of qRegister from a batch: per table, keys unique (the first
@@ -838,8 +864,46 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 // dedupOf looks up the entries of chunks (sorted, unique) and which of the xorbs they offer are
 // condemned or swept: two round trips when an entry offers xorbs, else one.
 func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]hash.Hash, map[hash.Hash]bool, error) {
-	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
 	batch := &pgx.Batch{}
+	offers := queueDedupEntries(batch, chunks)
+	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, nil, err
+	}
+	gone, err := collectedOf(ctx, db.pool, offers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return offers, gone, nil
+}
+
+// dedupArrayMin is the fewest chunks queueDedupEntries looks up with one qDedupEntries rather
+// than one qDedupEntry each: planning the array form at every call costs about what four or
+// five primary-key statements do (docs/decisions.md, 2026-12-02 "Shard registration ...").
+const dedupArrayMin = 16
+
+// queueDedupEntries queues the lookup of the entry of each of chunks (sorted, unique) in batch;
+// once the batch has run, the returned map holds what each entry found offers.
+func queueDedupEntries(batch *pgx.Batch, chunks []hash.Hash) map[hash.Hash][]hash.Hash {
+	offers := make(map[hash.Hash][]hash.Hash, len(chunks))
+	if len(chunks) >= dedupArrayMin {
+		batch.Queue(qDedupEntries, hashArgs(chunks)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k, xs []byte
+				if err := rows.Scan(&k, &xs); err != nil {
+					return err
+				}
+				c, err := index.HashFromBytes(k)
+				if err != nil {
+					return err
+				}
+				if offers[c], err = index.SplitHashes(xs); err != nil {
+					return fmt.Errorf("dedup %s: %w", c, err)
+				}
+			}
+			return rows.Err()
+		})
+		return offers
+	}
 	for _, c := range chunks {
 		batch.Queue(qDedupEntry, c[:]).QueryRow(func(row pgx.Row) error {
 			var xs []byte
@@ -856,30 +920,38 @@ func (db *DB) dedupOf(ctx context.Context, chunks []hash.Hash) (map[hash.Hash][]
 			return nil
 		})
 	}
-	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, nil, err
-	}
+	return offers
+}
+
+// querier is what collectedOf needs of a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// collectedOf returns which of the xorbs offers offer are condemned or swept: one round trip,
+// none when they offer nothing.
+func collectedOf(ctx context.Context, q querier, offers map[hash.Hash][]hash.Hash) (map[hash.Hash]bool, error) {
 	var all []hash.Hash
 	for _, xs := range offers {
 		all = append(all, xs...)
 	}
 	if len(all) == 0 {
-		return offers, nil, nil
+		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
+	rows, err := q.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer rows.Close()
 	hs, err := scanHashes(rows)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	gone := make(map[hash.Hash]bool, len(hs))
 	for _, h := range hs {
 		gone[h] = true
 	}
-	return offers, gone, nil
+	return gone, nil
 }
 
 // ShardBody implements index.ShardBodies.

@@ -490,6 +490,27 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	if err != nil {
 		return false, err
 	}
+	if len(b.Require) > 0 {
+		// Before the write transaction, as a caller's own Possessed would be.
+		got, err := db.Possessed(ctx, b.Scope, b.Require)
+		if err != nil {
+			return false, fmt.Errorf("register shard %s: %w", r.Shard, err)
+		}
+		for _, x := range b.Require {
+			if !got[x] {
+				return false, fmt.Errorf("register shard %s: %w: %s in %q", r.Shard, index.ErrNotPossessed, x, b.Scope)
+			}
+		}
+	}
+	if len(b.Inherit) > 0 {
+		// Before the write transaction, as a caller's own DedupXorbsOf would be: one writer,
+		// and the lookup reads through the read pool.
+		xs, err := db.DedupXorbsOf(ctx, b.Inherit)
+		if err != nil {
+			return false, fmt.Errorf("register shard %s: dedup entries of %d file starts: %w", r.Shard, len(b.Inherit), err)
+		}
+		b.AddInherited(xs)
+	}
 	var inserted bool
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		inserted = false // a retried closure must not keep a stale answer
