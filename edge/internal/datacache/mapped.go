@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"syscall"
+	"unsafe"
 )
 
 // Mapped writes (WriteMapped) serve a Range to a writer that must have the bytes in memory —
@@ -17,8 +18,10 @@ import (
 // what Read would pread.
 //
 // A mapped page of a file that shrank behind the cache's back (no code of ours truncates a
-// segment or temp file: eviction unlinks) would raise SIGBUS; WriteMapped turns that fault into
-// an error (runtime/debug.SetPanicOnFault) as a short pread would be, instead of a crash.
+// segment or temp file: eviction unlinks) would raise SIGBUS; WriteMapped turns a fault inside
+// its mapping into an error (runtime/debug.SetPanicOnFault), as a short pread would be, instead
+// of a crash. The Write it faulted in is abandoned mid-copy: TLS seals a record before it
+// queues it, so no byte of that record is sent, and the answer ends short.
 
 // mapWriteBytes is the largest single Write of mapped bytes: as many as one copy buffer of the
 // TLS batch path held (copyBytes), so the records' batching is unchanged.
@@ -35,12 +38,16 @@ func (r *Range) WriteMapped(w io.Writer, n int64, buf []byte) (written int64, er
 	if r.parts == nil {
 		return 0, errRangeClosed
 	}
+	var cur []byte // the mapping being read
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if e := recover(); e != nil {
+			// Only a fault inside the mapping is the file's doing; anything else is a bug
+			// and goes on as the panic it was.
 			fault, ok := e.(interface{ Addr() uintptr })
-			if !ok {
+			if !ok || len(cur) == 0 || fault.Addr() < uintptr(unsafe.Pointer(&cur[0])) ||
+				fault.Addr()-uintptr(unsafe.Pointer(&cur[0])) >= uintptr(len(cur)) {
 				panic(e)
 			}
 			err = fmt.Errorf("datacache: cached file shrank while being read (fault at %#x): %w", fault.Addr(), io.ErrUnexpectedEOF)
@@ -76,6 +83,7 @@ func (r *Range) WriteMapped(w io.Writer, n int64, buf []byte) (written int64, er
 			}
 			continue
 		}
+		cur = mem
 		wn, err = w.Write(mem[off-pt.memOff : off-pt.memOff+k])
 		pt.off += int64(wn)
 		pt.n -= int64(wn)
