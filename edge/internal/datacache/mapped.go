@@ -27,6 +27,11 @@ import (
 // TLS batch path held (copyBytes), so the records' batching is unchanged.
 const mapWriteBytes = 256 << 10
 
+// mapWindowBytes bounds one mapping: the page cache a TLS answer holds mapped — counted in the
+// process's RSS as file pages while mapped — is at most this much, as the copy buffer it
+// replaces was.
+const mapWindowBytes = 256 << 10
+
 // pageMask rounds file offsets down to a page for mmap.
 var pageMask = int64(os.Getpagesize() - 1)
 
@@ -63,7 +68,7 @@ func (r *Range) WriteMapped(w io.Writer, n int64, buf []byte) (written int64, er
 			return written, err
 		}
 		k := min(avail, n-written, mapWriteBytes)
-		mem := pt.mapped(f)
+		mem := pt.mapped(f, off)
 		var wn int
 		if mem == nil {
 			if len(buf) == 0 {
@@ -84,6 +89,7 @@ func (r *Range) WriteMapped(w io.Writer, n int64, buf []byte) (written int64, er
 			continue
 		}
 		cur = mem
+		k = min(k, pt.memOff+int64(len(mem))-off)
 		wn, err = w.Write(mem[off-pt.memOff : off-pt.memOff+k])
 		pt.off += int64(wn)
 		pt.n -= int64(wn)
@@ -99,24 +105,24 @@ func (r *Range) WriteMapped(w io.Writer, n int64, buf []byte) (written int64, er
 	return written, nil
 }
 
-// mapped returns a read-only mapping of f covering the rest of the part, from the page holding
-// pt.off to the part's end (pt.memOff is its file offset), mapping it on first use and again
-// when the part's file changed; nil when f cannot be mapped. The mapping may reach past the
-// file's current end (a fill still growing it): only verified bytes, which are in the file, are
-// read through it.
-func (pt *part) mapped(f *os.File) []byte {
-	if pt.memOf == f && pt.mem != nil {
+// mapped returns a read-only mapping of f that holds file offset off (the part's next byte):
+// the current one, or a new one of up to mapWindowBytes from the page holding off, not past the
+// part's end (pt.memOff is its file offset); nil when f cannot be mapped. The mapping may reach
+// past the file's current end (a fill still growing it): only verified bytes, which are in the
+// file, are read through it.
+func (pt *part) mapped(f *os.File, off int64) []byte {
+	if pt.memOf == f && pt.mem != nil && off >= pt.memOff && off < pt.memOff+int64(len(pt.mem)) {
 		return pt.mem
 	}
 	pt.unmap()
-	start := pt.off &^ pageMask
+	start := off &^ pageMask
 	sc, err := f.SyscallConn()
 	if err != nil {
 		return nil
 	}
 	var mem []byte
 	_ = sc.Control(func(fd uintptr) {
-		mem, err = syscall.Mmap(int(fd), start, int(pt.off+pt.n-start), syscall.PROT_READ, syscall.MAP_SHARED)
+		mem, err = syscall.Mmap(int(fd), start, int(min(off+pt.n, start+mapWindowBytes)-start), syscall.PROT_READ, syscall.MAP_SHARED)
 	})
 	if err != nil {
 		return nil
