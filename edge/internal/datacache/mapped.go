@@ -12,8 +12,9 @@ import (
 // Mapped writes (WriteMapped) serve a Range to a writer that must have the bytes in memory —
 // TLS, which encrypts them — straight from the page cache through a read-only shared mapping
 // of the segment file, instead of pread into a buffer first: the encryption reads the cached
-// pages themselves, one copy of every byte fewer. On this machine that is ~0.15-0.2 CPU-s per
-// GiB of a ~0.5 s read-and-encrypt (perf/BENCHMARKS.md, 2026-12-02, third pass). Readers still
+// pages themselves, one copy of every byte fewer. The mapping has its own costs (page faults,
+// mmap and munmap per window); on this machine the pread of a warm TLS GiB was 21 % of the
+// edge's samples, the mappings 9 % (perf/BENCHMARKS.md, 2026-12-02, third pass). Readers still
 // see only verified bytes: a mapping is read only below the part's verified length, exactly
 // what Read would pread.
 //
