@@ -212,7 +212,8 @@ func TestWriteMappedTruncatedFile(t *testing.T) {
 	dir := t.TempDir()
 	c, _ := testCache(t, dir, newFakeFetcher(o), 1<<30, 1<<30)
 	start, end := chunkRange(o.l, 0, o.l.NumChunks())
-	mustRead(t, c, o, start, end) // cached and verified
+	mustRead(t, c, o, start, end)
+	c.fills.Wait() // cached and verified: the segment is renamed in after its last byte is read
 	rr, err := c.ReadRange(context.Background(), o.l, start, end)
 	if err != nil {
 		t.Fatal(err)
