@@ -478,7 +478,7 @@ func TestReadRangeStreams(t *testing.T) {
 	o := buildXorb(t, 12, 300, 2<<10, 6<<10)
 	n := o.l.NumChunks()
 	start, end := chunkRange(o.l, 10, n-10)
-	for _, mode := range []string{"WriteTo", "Read", "WriteMapped"} {
+	for _, mode := range []string{"WriteTo", "Read"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFakeFetcher(o)
 			dir := t.TempDir()
@@ -500,16 +500,11 @@ func TestReadRangeStreams(t *testing.T) {
 				}
 			}
 			var got bytes.Buffer
-			switch mode {
-			case "WriteTo":
+			if mode == "WriteTo" {
 				if _, err := rr.WriteTo(&got); err != nil {
 					t.Fatal(err)
 				}
-			case "WriteMapped":
-				if _, err := rr.WriteMapped(&got, rr.Len(), nil); err != nil {
-					t.Fatal(err)
-				}
-			default:
+			} else {
 				buf := make([]byte, 1000)
 				for {
 					k, err := rr.Read(buf)

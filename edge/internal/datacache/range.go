@@ -37,11 +37,6 @@ type part struct {
 	// borrowed: own is the fill's own descriptor, lent by the flight (not ours to close).
 	own, ownOf *os.File
 	borrowed   bool
-	// mem is WriteMapped's read-only mapping of memOf from file offset memOff to the part's
-	// end (mapped.go); nil: none.
-	mem    []byte
-	memOf  *os.File
-	memOff int64
 }
 
 var errRangeClosed = errors.New("datacache: read from a closed Range")
@@ -261,7 +256,6 @@ func (r *Range) Close() error {
 		if pt.f != nil {
 			pt.f.Close()
 		}
-		pt.unmap()
 		pt.dropOwn() // before release: a lent descriptor goes back while the flight holds it
 		if pt.fl != nil {
 			pt.fl.release()

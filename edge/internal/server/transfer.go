@@ -23,9 +23,9 @@ func objectSize(l *xorb.Layout) uint64 {
 // applied the origin's revocation event), the xorb's layout gives its size, and every byte
 // comes from the data cache, which verified it against the layout (bytes that fail
 // verification are never sent: 502). Without a Range header the signed ranges are served
-// (readpath.SignedRanges). Over HTTP/1.1+TLS the body goes out in socket writes of batchBytes
-// (transferBatch) instead of one write(2) per 16 KiB TLS record, and TLS encrypts the bytes
-// from read-only mappings of the cache files instead of reading them into a buffer first.
+// (readpath.SignedRanges). Over HTTP/1.1+TLS the body goes out in socket writes of batchBytes,
+// read from the cache files copyBytes at a time (transferBatch), instead of one write(2) per
+// 16 KiB TLS record and one read(2) per 32 KiB.
 
 // transferBatch is the transfer route's readpath.Batcher.
 func transferBatch(w http.ResponseWriter, r *http.Request) ([]byte, func() error) {
@@ -86,10 +86,8 @@ func (s *Server) open(ctx context.Context, l *xorb.Layout, b httprange.ByteRange
 	return &span{rr: rr, skip: int64(b.Start - uint64(cs)), n: int64(b.Len())}, nil
 }
 
-// Send streams p's requested bytes to w (readpath.Part). With buf (a batching HTTP/1.1+TLS
-// answer) it hands TLS the bytes in the page cache itself, through read-only mappings of the
-// cache files (datacache.Range.WriteMapped), in writes of up to 256 KiB: no read of the file into
-// a buffer before the encryption (buf is the fallback where a file cannot be mapped). Otherwise a chunk-aligned range
+// Send streams p's requested bytes to w (readpath.Part). With buf (a batching HTTP/1.1+TLS answer) it copies
+// through buf, one read of the cache file per len(buf) bytes. Otherwise a chunk-aligned range
 // (what the edge's own answers ask for) goes through the Range's WriteTo, which hands each
 // cached file to w's ReadFrom: sendfile on plain-HTTP TCP, one pooled 32 KiB buffer on HTTP/2
 // and HTTP/3. A short body means an I/O error after the header; the client sees the short
@@ -104,7 +102,8 @@ func (p *span) Send(w io.Writer, buf []byte) (int64, error) {
 	var err error
 	switch {
 	case buf != nil:
-		n, err = p.rr.WriteMapped(w, p.n, buf)
+		// struct{io.Writer} hides w's ReadFrom, which would copy through its own buffer.
+		n, err = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(p.rr, p.n), buf)
 	case p.rr.Len() == p.n:
 		n, err = p.rr.WriteTo(w)
 	default:
