@@ -316,7 +316,7 @@ func (c *Cache) openCached(h hash.Hash, s span) *os.File {
 	if present, verified := c.idx.get(k); !present || !verified {
 		return nil
 	}
-	f, err := os.Open(c.idx.path(k))
+	f, err := openRead(c.idx.path(k))
 	if err != nil {
 		return nil // evicted since the lookup, or removed behind our back
 	}

@@ -44,6 +44,11 @@ type flight struct {
 	joined   int  // Range parts that acquired the flight (counted as hits or misses at its end)
 	doneCh   chan struct{}
 	chain    *chain // set when the flight reads a chained origin answer (chain.go); nil: its own
+
+	// lent is the file whose offset one reader has borrowed for sendfile (lendOffset); nil:
+	// none. Nothing else uses a flight file's offset: the fill writes with WriteAt, readers
+	// read with ReadAt.
+	lent *os.File
 }
 
 // fillAttempts is how many origin transfers one fill may take before it fails.
@@ -61,6 +66,28 @@ func (fl *flight) release() {
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// lendOffset lends f, the flight's file, to one reader that needs a descriptor with an offset
+// of its own (Range.writeFilling: sendfile reads from the file's offset), sparing it a reopen.
+// It returns false when f is not the flight's file or another reader has it; give it back with
+// returnOffset.
+func (fl *flight) lendOffset(f *os.File) bool {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if f == nil || f != fl.file || fl.lent != nil {
+		return false
+	}
+	fl.lent = f
+	return true
+}
+
+func (fl *flight) returnOffset(f *os.File) {
+	fl.mu.Lock()
+	if fl.lent == f {
+		fl.lent = nil
+	}
+	fl.mu.Unlock()
 }
 
 // publish updates the flight's state under its lock and wakes the waiting readers.
@@ -147,7 +174,7 @@ func (fl *flight) fill(ctx context.Context) error {
 // that cannot be read or fails verification is dropped (the caller then fetches).
 func (fl *flight) fromDisk(ctx context.Context) error {
 	c := fl.c
-	f, err := os.Open(c.idx.path(fl.k))
+	f, err := openRead(c.idx.path(fl.k))
 	if err != nil {
 		c.idx.drop(fl.k)
 		return err
@@ -190,7 +217,7 @@ func (fl *flight) fromDisk(ctx context.Context) error {
 // renames the file into the cache.
 func (fl *flight) fetch(ctx context.Context) error {
 	c := fl.c
-	tmp, err := os.CreateTemp(c.idx.tmp(), "fill-*")
+	tmp, err := createTemp(c.idx.tmp())
 	if err != nil {
 		c.m.fillFailures.WithLabelValues("disk").Inc()
 		return fmt.Errorf("datacache: fill xorb %s bytes [%d,%d): %w", fl.l.Hash, fl.s.start, fl.s.end, err)

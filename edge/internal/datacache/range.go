@@ -34,7 +34,9 @@ type part struct {
 	n   int64         // bytes left in this part
 	// own is this part's own descriptor of the fill's file (ownOf), with its own offset, so
 	// that WriteTo can hand it to sendfile; nil: none (yet, or reopening is not possible).
+	// borrowed: own is the fill's own descriptor, lent by the flight (not ours to close).
 	own, ownOf *os.File
+	borrowed   bool
 }
 
 var errRangeClosed = errors.New("datacache: read from a closed Range")
@@ -169,10 +171,13 @@ func (r *Range) writeFilling(w io.Writer, pt *part) (int64, error) {
 		return 0, err
 	}
 	if pt.ownOf != f {
-		if pt.own != nil {
-			pt.own.Close()
+		pt.dropOwn()
+		if pt.fl.lendOffset(f) {
+			pt.own, pt.borrowed = f, true
+		} else {
+			pt.own = reopen(f)
 		}
-		pt.own, pt.ownOf = reopen(f), f
+		pt.ownOf = f
 	}
 	if pt.own == nil {
 		if r.copyBuf == nil {
@@ -195,7 +200,22 @@ func (r *Range) writeFilling(w io.Writer, pt *part) (int64, error) {
 	pt.off += n
 	pt.n -= n
 	r.left -= n
+	if pt.n == 0 {
+		pt.dropOwn() // done with this part: let another reader of the fill have the offset
+	}
 	return n, err
+}
+
+// dropOwn gives up the part's own descriptor: closes a reopened one, returns a lent one.
+func (pt *part) dropOwn() {
+	switch {
+	case pt.own == nil:
+	case pt.borrowed:
+		pt.fl.returnOffset(pt.own)
+	default:
+		pt.own.Close()
+	}
+	pt.own, pt.ownOf, pt.borrowed = nil, nil, false
 }
 
 // reopen opens f's file again, as a new open file (its own offset), through /proc/self/fd:
@@ -210,7 +230,7 @@ func reopen(f *os.File) *os.File {
 	}
 	var g *os.File
 	_ = sc.Control(func(fd uintptr) {
-		g, _ = os.Open("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
+		g, _ = openRead("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
 	})
 	return g
 }
@@ -231,13 +251,12 @@ func (r *Range) Close() error {
 		r.cancel()
 		<-r.launched
 	}
-	for _, pt := range r.parts {
+	for i := range r.parts {
+		pt := &r.parts[i]
 		if pt.f != nil {
 			pt.f.Close()
 		}
-		if pt.own != nil {
-			pt.own.Close()
-		}
+		pt.dropOwn() // before release: a lent descriptor goes back while the flight holds it
 		if pt.fl != nil {
 			pt.fl.release()
 		}

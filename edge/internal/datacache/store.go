@@ -193,10 +193,10 @@ func (x *index) commit(k key, tmp string) (int, error) {
 	defer x.mu.Unlock()
 	// The rename first: its directory exists for all but the first segment of each of the 256
 	// hash prefixes (a MkdirAll before every rename was a stat per fill).
-	err := os.Rename(tmp, final)
+	err := rename(tmp, final)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.MkdirAll(filepath.Dir(final), 0o755); err == nil {
-			err = os.Rename(tmp, final)
+			err = rename(tmp, final)
 		}
 	}
 	if err != nil {
