@@ -40,6 +40,21 @@ func (s Seed) Probes(c *hash.Hash) (h1, h2 uint64) {
 	return binary.LittleEndian.Uint64(c[0:8]) ^ s[0], (binary.LittleEndian.Uint64(c[8:16]) ^ s[1]) | 1
 }
 
+// AddTo adds chunks to the filter in use and to the one being built, either of which may be
+// nil: while a filter is rebuilt from its table, every new entry goes to both (the backends'
+// dedup filters hold their lock around it, so that the switch to the new one loses none).
+func (s Seed) AddTo(chunks []hash.Hash, cur, pending *Bloom) {
+	for i := range chunks {
+		h1, h2 := s.Probes(&chunks[i])
+		if cur != nil {
+			cur.Add(h1, h2)
+		}
+		if pending != nil {
+			pending.Add(h1, h2)
+		}
+	}
+}
+
 // Bloom is a fixed-size Bloom filter of chunk hashes; safe for concurrent adds and tests.
 type Bloom struct {
 	words []atomic.Uint64

@@ -141,15 +141,7 @@ func (f *dedupFilter) add(chunks []hash.Hash) {
 	}
 	f.mu.Lock()
 	cur, pending := f.cur.Load(), f.pending
-	for i := range chunks {
-		h1, h2 := f.seed.Probes(&chunks[i])
-		if cur != nil {
-			cur.Add(h1, h2)
-		}
-		if pending != nil {
-			pending.Add(h1, h2)
-		}
-	}
+	f.seed.AddTo(chunks, cur, pending)
 	f.mu.Unlock()
 }
 
