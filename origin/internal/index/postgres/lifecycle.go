@@ -481,15 +481,7 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 				return err
 			}
 			for _, op := range ops {
-				var inherited []hash.Hash
-				for _, c := range op.b.Inherit {
-					for _, x := range offers[c] {
-						if !collected[x] {
-							inherited = append(inherited, x)
-						}
-					}
-				}
-				op.b.AddInherited(inherited)
+				op.b.AddInherited(offeredBy(op.b.Inherit, offers, collected))
 			}
 			batch = &pgx.Batch{}
 		}

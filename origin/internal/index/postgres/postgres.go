@@ -850,6 +850,12 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 	if err != nil {
 		return nil, fmt.Errorf("dedup of %d chunks: %w", len(keys), translate(err))
 	}
+	return offeredBy(chunks, offers, gone), nil
+}
+
+// offeredBy is what the entries of chunks offer (offers, from queueDedupEntries), in the order of
+// chunks, without the condemned and swept xorbs (gone, from collectedOf).
+func offeredBy(chunks []hash.Hash, offers map[hash.Hash][]hash.Hash, gone map[hash.Hash]bool) []hash.Hash {
 	var out []hash.Hash
 	for _, c := range chunks {
 		for _, x := range offers[c] {
@@ -858,7 +864,7 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // dedupOf looks up the entries of chunks (sorted, unique) and which of the xorbs they offer are
