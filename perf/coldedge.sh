@@ -57,6 +57,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SIZE_MB=${SIZE_MB:-256} ROUNDS=${ROUNDS:-3} P=${PORT_BASE:-29900}
+# net: the client link's /30 (LINK_MBIT), its host end .1 also in the TLS origin's certificate.
+net=10.77.$(((P / 10) % 250))
 WORK=${WORK:-$(mktemp -d /tmp/coldedge.XXXXXX)}
 mkdir -p "$WORK"
 log() { printf 'coldedge: %s\n' "$*" >&2; }
@@ -90,7 +92,7 @@ ORIGIN_TLS=${ORIGIN_TLS:-$(command -v haproxy >/dev/null && echo 1 || echo 0)}
 if [ "$ORIGIN_TLS" = 1 ]; then
 	command -v haproxy >/dev/null || { log "ORIGIN_TLS=1 needs haproxy"; exit 1; }
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 \
-		-addext subjectAltName=IP:127.0.0.1,IP:10.77.$(((P / 10) % 250)).1 -addext basicConstraints=critical,CA:FALSE \
+		-addext subjectAltName=IP:127.0.0.1,IP:$net.1 -addext basicConstraints=critical,CA:FALSE \
 		-addext extendedKeyUsage=serverAuth -keyout "$WORK/otls.key" -out "$WORK/otls.crt" 2>/dev/null
 	cat "$WORK/otls.crt" "$WORK/otls.key" >"$WORK/otls.pem"
 fi
@@ -110,7 +112,6 @@ if [ "$LINK_MBIT" != 0 ]; then
 	netns=xetce$$ veth=xce$$
 	ip netns add "$netns"
 	netns_made=1
-	net=10.77.$(((P / 10) % 250))
 	ip link add "$veth" type veth peer name "${veth}c"
 	ip link set "${veth}c" netns "$netns"
 	ip addr add "$net.1/30" dev "$veth"
