@@ -18,6 +18,8 @@ import (
 	"sync"
 
 	"github.com/zeebo/blake3"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash/blake3x"
 )
 
 // Size is the length of a hash in bytes.
@@ -168,6 +170,10 @@ func FromSHA256(d [32]byte) Hash {
 
 // Keyed returns blake3 keyed with key over msg.
 func Keyed(key Hash, msg []byte) Hash {
+	if useX(len(msg)) {
+		k := [Size]byte(key)
+		return Hash(blake3x.New(&k).Sum(msg))
+	}
 	hs, _ := blake3.NewKeyed(key[:]) // cannot fail: the key has the right length
 	_, _ = hs.Write(msg)
 	var out Hash
@@ -175,18 +181,34 @@ func Keyed(key Hash, msg []byte) Hash {
 	return out
 }
 
+// useX reports whether a message of n bytes is hashed by blake3x's AVX-512 kernel (16 chunks
+// at once) rather than zeebo/blake3 (8 at once with AVX2): on CPUs that have it, from 16 KiB up
+// (docs/decisions.md, 2026-12-02, AVX-512 BLAKE3).
+func useX(n int) bool { return n >= blake3x.MinLen && blake3x.Enabled() }
+
 // KeyedHasher hashes many messages under one key, paying the key schedule and the hasher's
 // allocation once instead of per message. A KeyedHasher is not safe for concurrent use.
-type KeyedHasher struct{ h *blake3.Hasher }
+type KeyedHasher struct {
+	h *blake3.Hasher  // short messages and SumHashes
+	x *blake3x.Hasher // long messages where blake3x.Enabled; nil elsewhere
+}
 
 // NewKeyedHasher returns a KeyedHasher for key.
 func NewKeyedHasher(key Hash) *KeyedHasher {
 	hs, _ := blake3.NewKeyed(key[:]) // cannot fail: the key has the right length
-	return &KeyedHasher{h: hs}
+	k := &KeyedHasher{h: hs}
+	if blake3x.Enabled() {
+		kb := [Size]byte(key)
+		k.x = blake3x.New(&kb)
+	}
+	return k
 }
 
 // Sum returns Keyed(key, msg).
 func (k *KeyedHasher) Sum(msg []byte) Hash {
+	if k.x != nil && len(msg) >= blake3x.MinLen {
+		return Hash(k.x.Sum(msg))
+	}
 	k.h.Reset()
 	_, _ = k.h.Write(msg)
 	var out Hash

@@ -13,7 +13,7 @@
 // The kernel, kernel_amd64.s, is written by gen_kernel.go; regenerate it with `go generate`.
 package blake3x
 
-//go:generate go run gen_kernel.go -out kernel_amd64.s
+//go:generate go run gen_kernel.go -out kernel_amd64.s -goout compress_gen.go
 
 import (
 	"encoding/binary"
@@ -40,12 +40,6 @@ const (
 	// 8 per chunk, 256 KiB messages); longer messages use a temporary one.
 	keepCVs = 8 * 256
 )
-
-// iv is the BLAKE3 initialization vector (the SHA-256 one).
-var iv = [8]uint32{0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19}
-
-// msgPerm is the permutation of the message words applied between rounds.
-var msgPerm = [16]int{2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8}
 
 // enabled reports whether Sum may use the kernel: the CPU has it and it was not switched off.
 var enabled = haveKernel && os.Getenv("XETCDN_BLAKE3") != "generic"
@@ -201,45 +195,3 @@ func chunkCV(key *[8]uint32, chunk []byte, counter uint64) [8]uint32 {
 	}
 	return cv
 }
-
-// compress is the BLAKE3 compression function (7 rounds of the ChaCha-like G over a 4x4 state).
-func compress(cv *[8]uint32, m *[16]uint32, counter uint64, blen, flags uint32) [16]uint32 {
-	v := [16]uint32{
-		cv[0], cv[1], cv[2], cv[3], cv[4], cv[5], cv[6], cv[7],
-		iv[0], iv[1], iv[2], iv[3], uint32(counter), uint32(counter >> 32), blen, flags,
-	}
-	s := *m
-	for r := 0; r < 7; r++ {
-		g(&v, 0, 4, 8, 12, s[0], s[1])
-		g(&v, 1, 5, 9, 13, s[2], s[3])
-		g(&v, 2, 6, 10, 14, s[4], s[5])
-		g(&v, 3, 7, 11, 15, s[6], s[7])
-		g(&v, 0, 5, 10, 15, s[8], s[9])
-		g(&v, 1, 6, 11, 12, s[10], s[11])
-		g(&v, 2, 7, 8, 13, s[12], s[13])
-		g(&v, 3, 4, 9, 14, s[14], s[15])
-		var t [16]uint32
-		for i, p := range msgPerm {
-			t[i] = s[p]
-		}
-		s = t
-	}
-	for i := range 8 {
-		v[i] ^= v[i+8]
-		v[i+8] ^= cv[i]
-	}
-	return v
-}
-
-func g(v *[16]uint32, a, b, c, d int, mx, my uint32) {
-	v[a] += v[b] + mx
-	v[d] = rotr(v[d]^v[a], 16)
-	v[c] += v[d]
-	v[b] = rotr(v[b]^v[c], 12)
-	v[a] += v[b] + my
-	v[d] = rotr(v[d]^v[a], 8)
-	v[c] += v[d]
-	v[b] = rotr(v[b]^v[c], 7)
-}
-
-func rotr(x uint32, n uint) uint32 { return x>>n | x<<(32-n) }

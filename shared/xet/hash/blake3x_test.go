@@ -1,0 +1,49 @@
+package hash
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/xetcdn/xetcdn/shared/xet/hash/blake3x"
+)
+
+func zeeboKeyed(key Hash, msg []byte) Hash {
+	h, _ := blake3.NewKeyed(key[:])
+	_, _ = h.Write(msg)
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
+// TestLongMessagesMatchZeebo checks every entry point of this package that may take the
+// blake3x (AVX-512) path against zeebo/blake3, on lengths on both sides of blake3x.MinLen and of
+// Xet chunk sizes, with short and long messages interleaved through one pooled hasher.
+func TestLongMessagesMatchZeebo(t *testing.T) {
+	t.Logf("blake3x kernel enabled: %v", blake3x.Enabled())
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	lengths := []int{0, 1, 63, 64, 65, 1023, 1024, 1025, 8 << 10, 16<<10 - 1, 16 << 10, 16<<10 + 1,
+		32 << 10, 64<<10 - 1, 64 << 10, 64<<10 + 1, 128 << 10, 128<<10 + 1, 300 << 10}
+	for range 20 {
+		lengths = append(lengths, rng.IntN(len(data)+1))
+	}
+	key := Hash{9, 8, 7}
+	kh := NewKeyedHasher(key)
+	for _, n := range lengths {
+		msg := data[len(data)-n:]
+		if got, want := Chunk(msg), zeeboKeyed(DataKey, msg); got != want {
+			t.Fatalf("Chunk len %d: %s, zeebo %s", n, got, want)
+		}
+		if got, want := kh.Sum(msg), zeeboKeyed(key, msg); got != want {
+			t.Fatalf("KeyedHasher.Sum len %d: %s, zeebo %s", n, got, want)
+		}
+		if got, want := Keyed(key, msg), zeeboKeyed(key, msg); got != want {
+			t.Fatalf("Keyed len %d: %s, zeebo %s", n, got, want)
+		}
+	}
+}
