@@ -50,7 +50,8 @@ func Enabled() bool { return enabled }
 // Hasher hashes messages under one key. It is not safe for concurrent use.
 type Hasher struct {
 	key [8]uint32
-	cvs []uint32 // chaining values, 8 words per chunk
+	cvs []uint32       // chaining values, 8 words per chunk
+	pad [ChunkLen]byte // a partial last chunk, zero-padded to whole blocks
 }
 
 // New returns a Hasher for the 32-byte key.
@@ -79,25 +80,42 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	}
 	cvs = cvs[:8*n]
 
-	var ctr [32]uint32  // per lane: counter low words, then high words
-	var offs [16]uint32 // per lane: byte offset from the batch's first input
-	var out [128]uint32 // chaining values out of the kernel: word w of lane l at 16*w+l
-	for i := 0; i < full; i += 16 {
-		lanes := min(16, full-i)
+	var (
+		lanes [16]unsafe.Pointer // per lane: its input
+		ctr   [32]uint32         // per lane: counter low words, then high words
+		out   [128]uint32        // chaining values out of the kernel: word w of lane l at 16*w+l
+	)
+	// Chunks, 16 at a time. A partial last chunk rides in the last batch as its tail lane,
+	// read from a zero-padded copy.
+	for i := 0; i < n; i += 16 {
+		used := min(16, n-i)
+		t := tail{last: -1}
+		blocks := ChunkLen / blockLen
 		for l := range 16 {
-			c := uint64(i + l)
-			ctr[l], ctr[16+l] = uint32(c), uint32(c>>32)
-			offs[l] = 0 // idle lanes read lane 0's input; their output is dropped
-			if l < lanes {
-				offs[l] = uint32(l * ChunkLen)
+			c := i + l
+			ctr[l], ctr[16+l] = uint32(c), uint32(uint64(c)>>32)
+			switch {
+			case c < full:
+				lanes[l] = unsafe.Pointer(&msg[c*ChunkLen])
+			case c == full && l < used:
+				r := len(msg) - full*ChunkLen
+				clear(h.pad[:])
+				copy(h.pad[:], msg[full*ChunkLen:])
+				lanes[l] = unsafe.Pointer(&h.pad[0])
+				k := (r + blockLen - 1) / blockLen
+				t = tail{mask: 1 << l, last: k - 1, blen: uint32(r - (k-1)*blockLen), flags: flagKeyed | flagChunkEnd}
+				if k == 1 {
+					t.flags |= flagChunkStart
+				}
+				if used == 1 {
+					blocks = k // the tail alone: no need to run the other lanes' blocks
+				}
+			default:
+				lanes[l] = lanes[0] // idle: any valid input; the output is dropped
 			}
 		}
-		h.compress16(&msg[i*ChunkLen], &offs, ChunkLen/blockLen, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, &out)
-		untranspose(cvs[8*i:], &out, lanes)
-	}
-	if full < n {
-		cv := chunkCV(&h.key, msg[full*ChunkLen:], uint64(full))
-		copy(cvs[8*full:], cv[:])
+		h.compress16(&lanes, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
+		untranspose(cvs[8*i:], &out, used)
 	}
 
 	// Parent levels: pair neighbours, carry an odd last node up unchanged. This builds the same
@@ -108,15 +126,15 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	for n > 2 {
 		pairs := n / 2
 		for j := 0; j < pairs; j += 16 {
-			lanes := min(16, pairs-j)
+			used := min(16, pairs-j)
 			for l := range 16 {
-				offs[l] = 0
-				if l < lanes {
-					offs[l] = uint32(l * blockLen)
+				lanes[l] = lanes[0]
+				if l < used {
+					lanes[l] = unsafe.Pointer(&cvs[16*(j+l)])
 				}
 			}
-			h.compress16((*byte)(unsafe.Pointer(&cvs[16*j])), &offs, 1, &ctr, flagKeyed|flagParent, 0, 0, &out)
-			untranspose(cvs[8*j:], &out, lanes)
+			h.compress16(&lanes, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
+			untranspose(cvs[8*j:], &out, used)
 		}
 		if n%2 == 1 {
 			copy(cvs[8*pairs:8*pairs+8], cvs[8*(n-1):8*n])
@@ -133,29 +151,48 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	return sum
 }
 
-// compress16 runs the kernel where enabled and its portable equivalent elsewhere.
-func (h *Hasher) compress16(base *byte, offs *[16]uint32, blocks int, ctr *[32]uint32, flags, start, end uint32, out *[128]uint32) {
+// tail describes the lane of a compress16 call whose input ends early (a partial last chunk):
+// it stops after block last, which has length blen and the given flags. mask is its lane's bit,
+// 0 (and last -1) for none.
+type tail struct {
+	mask  uint32
+	last  int
+	blen  uint32
+	flags uint32
+}
+
+// compress16 compresses blocks consecutive 64-byte blocks in each of 16 lanes: lane l reads
+// lanes[l], starts from the key, uses counter ctr[l] | ctr[16+l]<<32 and flags (start added on
+// the first block, end on the last, except for the tail lane: see tail), and leaves word w of
+// its chaining value in out[16*w+l]. It runs the kernel where enabled, portable code elsewhere.
+func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
 	if enabled {
-		kernel16(base, offs, blocks, &h.key, ctr, flags, start, end, out)
+		kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
 		return
 	}
 	for l := range 16 {
 		cv := h.key
 		var m [16]uint32
 		for b := range blocks {
-			p := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(base), int(offs[l])+b*blockLen)), blockLen)
+			p := unsafe.Slice((*byte)(unsafe.Add(lanes[l], b*blockLen)), blockLen)
 			for w := range m {
 				m[w] = binary.LittleEndian.Uint32(p[4*w:])
 			}
-			f := flags
+			f, blen := flags, uint32(blockLen)
 			if b == 0 {
 				f |= start
 			}
 			if b == blocks-1 {
 				f |= end
 			}
-			v := compress(&cv, &m, uint64(ctr[l])|uint64(ctr[16+l])<<32, blockLen, f)
+			if t.mask == 1<<l && b == t.last {
+				f, blen = t.flags, t.blen
+			}
+			v := compress(&cv, &m, uint64(ctr[l])|uint64(ctr[16+l])<<32, blen, f)
 			copy(cv[:], v[:8])
+			if t.mask == 1<<l && b == t.last {
+				break
+			}
 		}
 		for w := range 8 {
 			out[16*w+l] = cv[w]
@@ -171,27 +208,4 @@ func untranspose(dst []uint32, out *[128]uint32, lanes int) {
 		d[0], d[1], d[2], d[3] = out[l], out[16+l], out[32+l], out[48+l]
 		d[4], d[5], d[6], d[7] = out[64+l], out[80+l], out[96+l], out[112+l]
 	}
-}
-
-// chunkCV returns the (non-root) chaining value of a chunk of 1..ChunkLen bytes.
-func chunkCV(key *[8]uint32, chunk []byte, counter uint64) [8]uint32 {
-	cv := *key
-	var m [16]uint32
-	for b := 0; b < len(chunk) || b == 0; b += blockLen {
-		var blk [blockLen]byte
-		n := copy(blk[:], chunk[b:])
-		for w := range m {
-			m[w] = binary.LittleEndian.Uint32(blk[4*w:])
-		}
-		f := uint32(flagKeyed)
-		if b == 0 {
-			f |= flagChunkStart
-		}
-		if b+blockLen >= len(chunk) {
-			f |= flagChunkEnd
-		}
-		v := compress(&cv, &m, counter, uint32(n), f)
-		copy(cv[:], v[:8])
-	}
-	return cv
 }
