@@ -1,8 +1,8 @@
 // Package blake3x computes keyed BLAKE3 hashes of whole messages of at least two BLAKE3 chunks
 // (more than 1 KiB) with an AVX-512 kernel that runs the compression function for 16 inputs at
 // once, one per 32-bit lane of the zmm registers: first 16 chunks at a time, then the parent
-// nodes of the tree level by level, 16 at a time. A partial last chunk and the root node are
-// compressed by the portable code in this package.
+// nodes of the tree level by level, 16 at a time. A partial last chunk is a lane of the last
+// batch that stops early; the root node is compressed by the portable code in this package.
 //
 // It is the fast path of package hash for long messages (chunk hashes of Xet chunks are
 // 8-128 KiB); package hash falls back to github.com/zeebo/blake3 for short messages and where
