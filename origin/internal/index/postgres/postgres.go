@@ -135,6 +135,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		o.Registrars = 2
 	}
 	cfg.MaxConns = int32(o.Registrars) + 8
+	cfg.AfterConnect = registerArrayCodecs // arrays.go
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
@@ -393,9 +394,9 @@ SELECT hash FROM s WHERE fresh`
 	qAddEvent  = `INSERT INTO events(scope, files) VALUES ($1, $2)`
 )
 
-// hashArgs returns the raw bytes of hs as a [][]byte for a bytea[] parameter.
-func hashArgs(hs []hash.Hash) [][]byte {
-	out := make([][]byte, len(hs))
+// hashArgs returns the raw bytes of hs for a bytea[] parameter.
+func hashArgs(hs []hash.Hash) byteaArray {
+	out := make(byteaArray, len(hs))
 	for i := range hs {
 		out[i] = hs[i][:]
 	}
@@ -738,10 +739,11 @@ func registerArgs(ops []*regOp) []any {
 	slices.SortFunc(files, func(a, b file) int { return bytes.Compare(a.h[:], b.h[:]) })
 	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
 
-	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
-	sb := make([][]byte, len(shards))  // nil elements are NULL: no inline body
-	sf := make([][]byte, len(shards))  // the shard's files (index.ShardEntry.Files)
-	scs := make([][]byte, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
+	// The arrays' types encode without per-element reflection (arrays.go).
+	sh, sc, sx := make(byteaArray, len(shards)), make(textArray, len(shards)), make(byteaArray, len(shards))
+	sb := make(byteaArray, len(shards))  // nil elements are NULL: no inline body
+	sf := make(byteaArray, len(shards))  // the shard's files (index.ShardEntry.Files)
+	scs := make(byteaArray, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
@@ -754,15 +756,15 @@ func registerArgs(ops []*regOp) []any {
 			scs[i] = []byte{}
 		}
 	}
-	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
+	fh, fr := make(byteaArray, len(files)), make(byteaArray, len(files))
 	for i := range files {
 		fh[i], fr[i] = files[i].h[:], files[i].rec
 	}
-	vs, vh := make([]string, len(viss)), make([][]byte, len(viss))
+	vs, vh := make(textArray, len(viss)), make(byteaArray, len(viss))
 	for i := range viss {
 		vs[i], vh[i] = viss[i].scope, viss[i].h[:]
 	}
-	cc, cs := make([][]byte, len(chunks)), make([][]byte, len(chunks))
+	cc, cs := make(byteaArray, len(chunks)), make(byteaArray, len(chunks))
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
