@@ -64,12 +64,17 @@ type Options struct {
 	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
 	// them; the rest serve lookups.
 	MaxConns int32
-	// Registrars is the number of registration statements in flight at once (default 2, or 1
-	// when only MaxConns is given and smaller than 4). Fewer registrars make larger batches,
-	// and concurrent batches that update the same dedup rows wait for each other's commit
-	// anyway: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
-	// by about a fifth, and 2 instead of 4 by another fifth (perf/BENCHMARKS.md, "Shard
-	// registration" and "Shard registration on a private Postgres").
+	// Registrars is the number of registration statements in flight at once at most (default
+	// 2, or 1 when only MaxConns is given and smaller than 4). One registrar takes every
+	// registration; the others only help while the queue is full (MaxBatch registrations
+	// waiting for a registrar), so a slow batch does not hold every registration and a load
+	// one registrar cannot carry gets more. Fewer batches in flight make larger batches, and
+	// concurrent batches that update the same dedup rows wait for each other's commit anyway:
+	// at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration by about
+	// a fifth, 2 instead of 4 by another fifth, and one busy registrar instead of two by a
+	// further quarter (perf/BENCHMARKS.md, "Shard registration" and "Shard registration on a
+	// private Postgres"; 2026-12-02 "Shard registration: typed array parameters, one busy
+	// registrar").
 	Registrars int
 	// MaxBatch bounds the registrations one statement commits (default 64).
 	MaxBatch int
@@ -87,6 +92,7 @@ type Options struct {
 type DB struct {
 	pool         *pgxpool.Pool
 	regs         chan *regOp
+	spill        chan struct{} // a registration found regs full: wakes a helper registrar
 	maxBatch     int
 	writeTimeout time.Duration
 	mu           sync.RWMutex // held for reading while enqueueing a registration, for writing by Close
@@ -149,7 +155,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
-	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), maxBatch: o.MaxBatch,
+	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), spill: make(chan struct{}, 1), maxBatch: o.MaxBatch,
 		writeTimeout: o.WriteTimeout, closing: make(chan struct{}), logger: o.Log}
 	if db.logger == nil {
 		db.logger = slog.New(slog.DiscardHandler)
@@ -171,9 +177,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
 	db.channel = dedupChannelOf(schema)
-	for range o.Registrars {
+	for i := range o.Registrars {
 		db.registrars.Add(1)
-		go db.registrar()
+		go db.registrar(i > 0)
 	}
 	return db, nil
 }
@@ -561,11 +567,21 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	}
 	select {
 	case db.regs <- op:
-		db.mu.RUnlock()
-	case <-ctx.Done():
-		db.mu.RUnlock()
-		return false, ctx.Err()
+	default:
+		// The queue is full: the busy registrar does not keep up (or is held by a slow
+		// batch), so a helper takes the next batch.
+		db.wakeHelper()
+		select {
+		case db.regs <- op:
+		case <-ctx.Done():
+			db.mu.RUnlock()
+			return false, ctx.Err()
+		}
 	}
+	if len(db.regs) == cap(db.regs) {
+		db.wakeHelper() // every time the queue fills up, whoever filled it
+	}
+	db.mu.RUnlock()
 	// Once queued, the op is always answered, and the caller must learn whether it was
 	// committed, so wait regardless of ctx.
 	res := <-op.done
@@ -575,21 +591,47 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	return res.inserted, nil
 }
 
-// registrar commits batches of queued registrations until Close, then drains the queue.
-func (db *DB) registrar() {
+// wakeHelper wakes a helper registrar (at most one wake-up pending).
+func (db *DB) wakeHelper() {
+	select {
+	case db.spill <- struct{}{}:
+	default:
+	}
+}
+
+// registrar commits batches of queued registrations until Close, then drains the queue. A
+// helper registrar takes a batch only when a registration found the queue full (db.spill):
+// one registrar carries the load it can carry in large batches, and batches in flight at
+// once, which wait for each other's commit where they update the same dedup rows, are added
+// only when it does not keep up (Options.Registrars).
+func (db *DB) registrar(helper bool) {
 	defer db.registrars.Done()
 	batch := make([]*regOp, 0, db.maxBatch)
 	for {
-		select {
-		case op := <-db.regs:
-			batch = append(batch[:0], op)
-		case <-db.closing:
-			for {
-				select {
-				case op := <-db.regs:
-					db.register([]*regOp{op})
-				default:
-					return
+		if helper {
+			select {
+			case <-db.spill:
+			case <-db.closing:
+				return // the others drain the queue
+			}
+			select {
+			case op := <-db.regs:
+				batch = append(batch[:0], op)
+			default:
+				continue // the busy registrar took them
+			}
+		} else {
+			select {
+			case op := <-db.regs:
+				batch = append(batch[:0], op)
+			case <-db.closing:
+				for {
+					select {
+					case op := <-db.regs:
+						db.register([]*regOp{op})
+					default:
+						return
+					}
 				}
 			}
 		}
