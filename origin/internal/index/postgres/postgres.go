@@ -1,11 +1,11 @@
 // Package postgres implements index.Index on PostgreSQL (pgx/v5, pgxpool), the production
 // index of the origin. Several origin replicas may share one database.
 //
-// Every lookup is one statement and one round trip. Registrations are group-committed: a few
-// registrar goroutines each take every RegisterShard call waiting at that moment (up to
-// Options.MaxBatch) and commit them with ONE statement whose data-modifying CTEs insert the
-// shard rows, file records, visibility rows and dedup entries from arrays (unnest), in an
-// implicit transaction. Under load this turns many small commits, each waiting for a WAL flush,
+// Every lookup is one statement and one round trip. Registrations are group-committed: a
+// registrar goroutine takes every RegisterShard call waiting at that moment (up to
+// Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
+// statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
+// dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many small commits, each waiting for a WAL flush,
 // into a few larger ones; with a single caller a batch is just that call. Rows go in table by
 // table in a fixed order and in ascending key order within a table, with ON CONFLICT DO
 // NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
