@@ -5,8 +5,8 @@
 // registrar goroutine takes every RegisterShard call waiting at that moment (up to
 // Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
 // statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
-// dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many small commits, each waiting for a WAL flush,
-// into a few larger ones; with a single caller a batch is just that call. Rows go in table by
+// dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
+// small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a batch is just that call. Rows go in table by
 // table in a fixed order and in ascending key order within a table, with ON CONFLICT DO
 // NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
 // keys only ever wait on each other in one direction and cannot deadlock. When a batch fails for
@@ -71,8 +71,8 @@ type Options struct {
 	// one registrar cannot carry gets more. Fewer batches in flight make larger batches, and
 	// concurrent batches that update the same dedup rows wait for each other's commit anyway:
 	// at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration by about
-	// a fifth, 2 instead of 4 by another fifth, and one busy registrar instead of two by a
-	// further quarter (perf/BENCHMARKS.md, "Shard registration" and "Shard registration on a
+	// a fifth, 2 instead of 4 by another fifth, and one busy registrar instead of two by
+	// 20-27 % more on a small index and 12 % at 10^7 (perf/BENCHMARKS.md, "Shard registration" and "Shard registration on a
 	// private Postgres"; 2026-12-02 "Shard registration: typed array parameters, one busy
 	// registrar").
 	Registrars int
