@@ -6,9 +6,9 @@
 // Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
 // statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
 // dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
-// small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a batch is just that call. Rows go in table by
-// table in a fixed order and in ascending key order within a table, with ON CONFLICT DO
-// NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
+// small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a
+// batch is just that call. Rows go in table by table in a fixed order and in ascending key
+// order within a table, with ON CONFLICT DO NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
 // keys only ever wait on each other in one direction and cannot deadlock. When a batch fails for
 // a reason other than the database being unavailable, its registrations are retried one by
 // one, so one bad registration fails alone. Durability is Postgres's: with the default
