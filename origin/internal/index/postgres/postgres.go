@@ -7,12 +7,12 @@
 // statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
 // dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
 // small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a
-// batch is just that call. Rows go in table by table in a fixed order and in ascending key
-// order within a table, with ON CONFLICT DO NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
-// keys only ever wait on each other in one direction and cannot deadlock. When a batch fails for
-// a reason other than the database being unavailable, its registrations are retried one by
-// one, so one bad registration fails alone. Durability is Postgres's: with the default
-// synchronous_commit a method returns after its commit is flushed.
+// batch is just that call. Rows go in table by table in a fixed order and in ascending key order
+// within a table, with ON CONFLICT DO NOTHING, so concurrent statements (of this process or of
+// other replicas) that touch the same keys only ever wait on each other in one direction and
+// cannot deadlock. When a batch fails for a reason other than the database being unavailable,
+// its registrations are retried one by one, so one bad registration fails alone. Durability is
+// Postgres's: with the default synchronous_commit a method returns after its commit is flushed.
 //
 // A statement that fails because its connection was lost (the server restarted or terminated
 // it) resets the pool and runs once more; every statement so retried is idempotent.
