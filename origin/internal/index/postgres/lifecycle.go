@@ -514,7 +514,7 @@ WHERE NOT EXISTS (SELECT 1 FROM possession p WHERE p.scope = u.sc AND p.xorb = u
 
 // requireArgs builds qUnpossessed's arrays from a batch: each required xorb with its op's index
 // and scope.
-func requireArgs(ops []*regOp) (is []int32, scopes []string, xs [][]byte) {
+func requireArgs(ops []*regOp) (is []int32, scopes textArray, xs byteaArray) {
 	for i, op := range ops {
 		for _, x := range op.b.Require {
 			is, scopes, xs = append(is, int32(i)), append(scopes, op.b.Scope), append(xs, x[:])

@@ -1,18 +1,18 @@
 // Package postgres implements index.Index on PostgreSQL (pgx/v5, pgxpool), the production
 // index of the origin. Several origin replicas may share one database.
 //
-// Every lookup is one statement and one round trip. Registrations are group-committed: a few
-// registrar goroutines each take every RegisterShard call waiting at that moment (up to
-// Options.MaxBatch) and commit them with ONE statement whose data-modifying CTEs insert the
-// shard rows, file records, visibility rows and dedup entries from arrays (unnest), in an
-// implicit transaction. Under load this turns many small commits, each waiting for a WAL flush,
-// into a few larger ones; with a single caller a batch is just that call. Rows go in table by
-// table in a fixed order and in ascending key order within a table, with ON CONFLICT DO
-// NOTHING, so concurrent statements (of this process or of other replicas) that touch the same
-// keys only ever wait on each other in one direction and cannot deadlock. When a batch fails for
-// a reason other than the database being unavailable, its registrations are retried one by
-// one, so one bad registration fails alone. Durability is Postgres's: with the default
-// synchronous_commit a method returns after its commit is flushed.
+// Every lookup is one statement and one round trip. Registrations are group-committed: a
+// registrar goroutine takes every RegisterShard call waiting at that moment (up to
+// Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
+// statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
+// dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
+// small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a
+// batch is just that call. Rows go in table by table in a fixed order and in ascending key order
+// within a table, with ON CONFLICT DO NOTHING, so concurrent statements (of this process or of
+// other replicas) that touch the same keys only ever wait on each other in one direction and
+// cannot deadlock. When a batch fails for a reason other than the database being unavailable,
+// its registrations are retried one by one, so one bad registration fails alone. Durability is
+// Postgres's: with the default synchronous_commit a method returns after its commit is flushed.
 //
 // A statement that fails because its connection was lost (the server restarted or terminated
 // it) resets the pool and runs once more; every statement so retried is idempotent.
@@ -64,12 +64,17 @@ type Options struct {
 	// MaxConns bounds the pool (default Registrars + 8). Registrars use up to Registrars of
 	// them; the rest serve lookups.
 	MaxConns int32
-	// Registrars is the number of registration statements in flight at once (default 2, or 1
-	// when only MaxConns is given and smaller than 4). Fewer registrars make larger batches,
-	// and concurrent batches that update the same dedup rows wait for each other's commit
-	// anyway: at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration
-	// by about a fifth, and 2 instead of 4 by another fifth (perf/BENCHMARKS.md, "Shard
-	// registration" and "Shard registration on a private Postgres").
+	// Registrars is the number of registration statements in flight at once at most (default
+	// 2, or 1 when only MaxConns is given and smaller than 4). One registrar takes every
+	// registration; the others only help while the queue is full (MaxBatch registrations
+	// waiting for a registrar), so a slow batch does not hold every registration and a load
+	// one registrar cannot carry gets more. Fewer batches in flight make larger batches, and
+	// concurrent batches that update the same dedup rows wait for each other's commit anyway:
+	// at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration by about
+	// a fifth, 2 instead of 4 by another fifth, and one busy registrar instead of two by
+	// 20-27 % more on a small index and 12 % at 10^7 (perf/BENCHMARKS.md, "Shard registration" and "Shard registration on a
+	// private Postgres"; 2026-12-02 "Shard registration: typed array parameters, one busy
+	// registrar").
 	Registrars int
 	// MaxBatch bounds the registrations one statement commits (default 64).
 	MaxBatch int
@@ -87,6 +92,7 @@ type Options struct {
 type DB struct {
 	pool         *pgxpool.Pool
 	regs         chan *regOp
+	spill        chan struct{} // a registration found regs full: wakes a helper registrar
 	maxBatch     int
 	writeTimeout time.Duration
 	mu           sync.RWMutex // held for reading while enqueueing a registration, for writing by Close
@@ -135,6 +141,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		o.Registrars = 2
 	}
 	cfg.MaxConns = int32(o.Registrars) + 8
+	cfg.AfterConnect = registerArrayCodecs // arrays.go
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
@@ -148,7 +155,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
-	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), maxBatch: o.MaxBatch,
+	db := &DB{pool: pool, regs: make(chan *regOp, o.MaxBatch), spill: make(chan struct{}, 1), maxBatch: o.MaxBatch,
 		writeTimeout: o.WriteTimeout, closing: make(chan struct{}), logger: o.Log}
 	if db.logger == nil {
 		db.logger = slog.New(slog.DiscardHandler)
@@ -170,9 +177,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, fmt.Errorf("postgres: %w", translate(err))
 	}
 	db.channel = dedupChannelOf(schema)
-	for range o.Registrars {
+	for i := range o.Registrars {
 		db.registrars.Add(1)
-		go db.registrar()
+		go db.registrar(i > 0)
 	}
 	return db, nil
 }
@@ -393,9 +400,9 @@ SELECT hash FROM s WHERE fresh`
 	qAddEvent  = `INSERT INTO events(scope, files) VALUES ($1, $2)`
 )
 
-// hashArgs returns the raw bytes of hs as a [][]byte for a bytea[] parameter.
-func hashArgs(hs []hash.Hash) [][]byte {
-	out := make([][]byte, len(hs))
+// hashArgs returns the raw bytes of hs for a bytea[] parameter.
+func hashArgs(hs []hash.Hash) byteaArray {
+	out := make(byteaArray, len(hs))
 	for i := range hs {
 		out[i] = hs[i][:]
 	}
@@ -560,11 +567,21 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	}
 	select {
 	case db.regs <- op:
-		db.mu.RUnlock()
-	case <-ctx.Done():
-		db.mu.RUnlock()
-		return false, ctx.Err()
+	default:
+		// The queue is full: the busy registrar does not keep up (or is held by a slow
+		// batch), so a helper takes the next batch.
+		db.wakeHelper()
+		select {
+		case db.regs <- op:
+		case <-ctx.Done():
+			db.mu.RUnlock()
+			return false, ctx.Err()
+		}
 	}
+	if len(db.regs) == cap(db.regs) {
+		db.wakeHelper() // every time the queue fills up, whoever filled it
+	}
+	db.mu.RUnlock()
 	// Once queued, the op is always answered, and the caller must learn whether it was
 	// committed, so wait regardless of ctx.
 	res := <-op.done
@@ -574,21 +591,47 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 	return res.inserted, nil
 }
 
-// registrar commits batches of queued registrations until Close, then drains the queue.
-func (db *DB) registrar() {
+// wakeHelper wakes a helper registrar (at most one wake-up pending).
+func (db *DB) wakeHelper() {
+	select {
+	case db.spill <- struct{}{}:
+	default:
+	}
+}
+
+// registrar commits batches of queued registrations until Close, then drains the queue. A
+// helper registrar takes a batch only when a registration found the queue full (db.spill):
+// one registrar carries the load it can carry in large batches, and batches in flight at
+// once, which wait for each other's commit where they update the same dedup rows, are added
+// only when it does not keep up (Options.Registrars).
+func (db *DB) registrar(helper bool) {
 	defer db.registrars.Done()
 	batch := make([]*regOp, 0, db.maxBatch)
 	for {
-		select {
-		case op := <-db.regs:
-			batch = append(batch[:0], op)
-		case <-db.closing:
-			for {
-				select {
-				case op := <-db.regs:
-					db.register([]*regOp{op})
-				default:
-					return
+		if helper {
+			select {
+			case <-db.spill:
+			case <-db.closing:
+				return // the others drain the queue
+			}
+			select {
+			case op := <-db.regs:
+				batch = append(batch[:0], op)
+			default:
+				continue // the busy registrar took them
+			}
+		} else {
+			select {
+			case op := <-db.regs:
+				batch = append(batch[:0], op)
+			case <-db.closing:
+				for {
+					select {
+					case op := <-db.regs:
+						db.register([]*regOp{op})
+					default:
+						return
+					}
 				}
 			}
 		}
@@ -738,10 +781,11 @@ func registerArgs(ops []*regOp) []any {
 	slices.SortFunc(files, func(a, b file) int { return bytes.Compare(a.h[:], b.h[:]) })
 	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
 
-	sh, sc, sx := make([][]byte, len(shards)), make([]string, len(shards)), make([][]byte, len(shards))
-	sb := make([][]byte, len(shards))  // nil elements are NULL: no inline body
-	sf := make([][]byte, len(shards))  // the shard's files (index.ShardEntry.Files)
-	scs := make([][]byte, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
+	// The arrays' types encode without per-element reflection (arrays.go).
+	sh, sc, sx := make(byteaArray, len(shards)), make(textArray, len(shards)), make(byteaArray, len(shards))
+	sb := make(byteaArray, len(shards))  // nil elements are NULL: no inline body
+	sf := make(byteaArray, len(shards))  // the shard's files (index.ShardEntry.Files)
+	scs := make(byteaArray, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
@@ -754,15 +798,15 @@ func registerArgs(ops []*regOp) []any {
 			scs[i] = []byte{}
 		}
 	}
-	fh, fr := make([][]byte, len(files)), make([][]byte, len(files))
+	fh, fr := make(byteaArray, len(files)), make(byteaArray, len(files))
 	for i := range files {
 		fh[i], fr[i] = files[i].h[:], files[i].rec
 	}
-	vs, vh := make([]string, len(viss)), make([][]byte, len(viss))
+	vs, vh := make(textArray, len(viss)), make(byteaArray, len(viss))
 	for i := range viss {
 		vs[i], vh[i] = viss[i].scope, viss[i].h[:]
 	}
-	cc, cs := make([][]byte, len(chunks)), make([][]byte, len(chunks))
+	cc, cs := make(byteaArray, len(chunks)), make(byteaArray, len(chunks))
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
