@@ -246,7 +246,9 @@ func TestPutXorbSpooledEncodingRace(t *testing.T) {
 					}
 					body := bodies[i%len(bodies)]
 					if i < len(bodies) {
-						wg.Go(func() { _, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), (&meter{}).reserve) })
+						wg.Go(func() {
+							_, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), (&meter{}).reserve)
+						})
 					} else {
 						wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, body) })
 					}
