@@ -14,13 +14,9 @@ import (
 // the reservation when the upload ends.
 type Memory func(n int64) error
 
-// spoolSegment is the unit a spool grows by, and reserves memory in.
-const spoolSegment = 1 << 20
-
-// spoolSegments keeps segments between uploads, so a busy origin does not fault in fresh pages
-// for every xorb; the pool drops them when the heap is collected, so an idle origin does not
-// keep them.
-var spoolSegments = sync.Pool{New: func() any { return new([spoolSegment]byte) }}
+// spoolSegment is the unit a spool grows by, and reserves memory in: one transparent huge page
+// on Linux (spool_linux.go).
+const spoolSegment = 2 << 20
 
 // spool gathers a validated xorb object (the chunk area xorb.ValidateStream writes, then the
 // footer) in fixed segments, for an object store that needs the whole object and its length
@@ -28,10 +24,14 @@ var spoolSegments = sync.Pool{New: func() any { return new([spoolSegment]byte) }
 // it holds, and it reserves memory one segment at a time as the object grows, never by what
 // the client declared (docs/decisions.md, "Spooled xorb uploads on S3").
 type spool struct {
-	mem  Memory // nil: nothing to reserve (tests)
-	max  int64  // the most the object may be
-	segs []*[spoolSegment]byte
-	n    int64
+	mem    Memory // nil: nothing to reserve (tests)
+	max    int64  // the most the object may be
+	segs   [][]byte
+	mapped []bool // segs[i] was mapped by newSegment, not allocated on the heap
+	n      int64
+
+	mu    sync.RWMutex // readers hold it shared while they copy out of segs; free exclusively
+	freed bool
 }
 
 // errSpoolFull is a write past the spool's max: never for a body within MaxXorbBody.
@@ -50,7 +50,8 @@ func (s *spool) Write(p []byte) (int, error) {
 					return done, err
 				}
 			}
-			s.segs = append(s.segs, spoolSegments.Get().(*[spoolSegment]byte))
+			seg, mapped := newSegment()
+			s.segs, s.mapped = append(s.segs, seg), append(s.mapped, mapped)
 		}
 		m := copy(s.segs[s.n/spoolSegment][off:], p[done:])
 		done += m
@@ -65,15 +66,18 @@ func (s *spool) Len() int64 { return s.n }
 // reader returns a reader of everything written so far; several may read at once.
 func (s *spool) reader() *spoolReader { return &spoolReader{s: s} }
 
-// free hands the segments back to the pool. No reader may be used after it (objstore.S3 cuts
-// its request body off before Create returns).
+// free returns the segments' memory. A reader used after it fails (errSpoolFreed) and never
+// sees the memory again, whoever still holds it.
 func (s *spool) free() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i, seg := range s.segs {
-		spoolSegments.Put(seg)
-		s.segs[i] = nil
+		freeSegment(seg, s.mapped[i])
 	}
-	s.segs, s.n = s.segs[:0], 0
+	s.segs, s.mapped, s.n, s.freed = nil, nil, 0, true
 }
+
+var errSpoolFreed = errors.New("ingest: spooled xorb read after its upload ended")
 
 // spoolReader reads a spool from its start.
 type spoolReader struct {
@@ -82,6 +86,11 @@ type spoolReader struct {
 }
 
 func (r *spoolReader) Read(p []byte) (int, error) {
+	r.s.mu.RLock()
+	defer r.s.mu.RUnlock()
+	if r.s.freed {
+		return 0, errSpoolFreed
+	}
 	if r.off >= r.s.n {
 		return 0, io.EOF
 	}
@@ -95,11 +104,16 @@ func (r *spoolReader) Read(p []byte) (int, error) {
 
 // WriteTo writes the rest of the spool to w segment by segment.
 func (r *spoolReader) WriteTo(w io.Writer) (int64, error) {
+	r.s.mu.RLock()
+	defer r.s.mu.RUnlock()
+	if r.s.freed {
+		return 0, errSpoolFreed
+	}
 	var total int64
 	for r.off < r.s.n {
 		seg := r.s.segs[r.off/spoolSegment]
 		off := int(r.off % spoolSegment)
-		end := min(int64(spoolSegment), r.s.n-(r.off-int64(off)))
+		end := min(spoolSegment, r.s.n-(r.off-int64(off)))
 		n, err := w.Write(seg[off:end])
 		r.off += int64(n)
 		total += int64(n)

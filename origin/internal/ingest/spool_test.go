@@ -63,6 +63,16 @@ func TestSpool(t *testing.T) {
 	if !bytes.Equal(viaRead.Bytes(), data) || !bytes.Equal(viaWriteTo.Bytes(), data) {
 		t.Fatal("the spool does not read back what was written")
 	}
+	// A reader still held when the upload ends (an HTTP transport's goroutine) cannot reach
+	// the freed segments.
+	late := sp.reader()
+	sp.free()
+	if n, err := late.Read(small); n != 0 || !errors.Is(err, errSpoolFreed) {
+		t.Fatalf("Read after free: %d, %v", n, err)
+	}
+	if n, err := late.WriteTo(io.Discard); n != 0 || !errors.Is(err, errSpoolFreed) {
+		t.Fatalf("WriteTo after free: %d, %v", n, err)
+	}
 
 	busy := errors.New("busy")
 	left := 2
@@ -164,7 +174,7 @@ func TestPutXorbSpooled(t *testing.T) {
 			st := open(t)
 			svc, db := newSpoolService(t, st)
 			ctx := t.Context()
-			chunks, bodies, h := sameChunks(t, 200, 400) // ~2 MB raw: several segments
+			chunks, bodies, h := sameChunks(t, 200, 1000) // ~5 MB raw: several segments
 			_, others, _ := sameChunks(t, 201, 3)
 			body := bodies[0] // uncompressed: the largest
 			flipped := slices.Clone(body)

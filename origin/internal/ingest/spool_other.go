@@ -1,0 +1,8 @@
+//go:build !linux
+
+package ingest
+
+// newSegment allocates a segment on the heap (spool_linux.go maps huge pages instead).
+func newSegment() (b []byte, mapped bool) { return make([]byte, spoolSegment), false }
+
+func freeSegment([]byte, bool) {}
