@@ -221,7 +221,7 @@ func TestSlowUploadsDoNotStallWriters(t *testing.T) {
 
 // TestUploadAdmissionIsBounded checks the two other bounds of upload admission on the real
 // binary. On Postgres + MinIO, where a xorb's validated chunks are held in memory until it is
-// stored: when ingest memory is really full (two uploads of scope A have sent 60 of 64 MiB
+// stored: when ingest memory is really full (two uploads of scope A have sent 59 of 64 MiB
 // each into a 128 MiB budget and trickle on), an upload of scope B waits at most ingest_wait and gets 503 +
 // Retry-After instead of waiting for them. On the embedded backend, where a body is validated
 // and written to the local store as it arrives, the two trickling uploads hold a fixed
@@ -240,14 +240,14 @@ func testUploadAdmissionIsBounded(t *testing.T, o *proc) {
 	a, b := o.token(t, "models/acme/a", "write"), o.token(t, "models/acme/b", "write")
 	rng := mrand.New(mrand.NewPCG(5, 7))
 
-	// Scope A fills the memory with bytes actually sent. On S3 a body's validated chunks are
-	// held in 2 MiB segments reserved as they arrive: 60 MiB sent (960 whole chunks, all but
-	// the last read buffer of them validated) holds 30 segments beside xorb.StreamMemory, so
-	// two such bodies leave less than one StreamMemory of the 128 MiB free. The next segment
-	// is needed only after another whole chunk, 8 s away at the trickle's rate.
+	// Scope A fills the memory with bytes actually sent. On S3 a body is held in memory
+	// reserved 2 MiB at a time as it arrives (ingest/flat.go, spool.go): 59 MiB sent holds 30
+	// such steps beside xorb.StreamMemory, so two such bodies leave less than one
+	// StreamMemory of the 128 MiB free. The next step is needed only after another MiB, two
+	// minutes away at the trickle's rate.
 	var hogs []*slowUpload
 	for range 2 {
-		hogs = append(hogs, startSlowUpload(t, o, a, 64<<20, 60<<20, 8000))
+		hogs = append(hogs, startSlowUpload(t, o, a, 64<<20, 59<<20, 8000))
 	}
 	time.Sleep(2 * time.Second) // both bursts are in
 

@@ -30,3 +30,24 @@ func freeSegment(b []byte, mapped bool) {
 		panic("ingest: unmapping a spool segment: " + err.Error()) // not ours: a bug
 	}
 }
+
+// newFlat maps n bytes for a flat body (flat.go), with the same advice as a segment: only the
+// pages the body touches are ever backed.
+func newFlat(n int64) ([]byte, error) {
+	if !flatBodies {
+		return nil, errNoFlat
+	}
+	b, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, err
+	}
+	_ = syscall.Madvise(b, madvHugepage)
+	return b, nil
+}
+
+// unmapFlat unmaps what newFlat mapped.
+func unmapFlat(b []byte) {
+	if err := syscall.Munmap(b); err != nil {
+		panic("ingest: unmapping a flat body: " + err.Error()) // not ours: a bug
+	}
+}

@@ -92,9 +92,28 @@ func TestSpool(t *testing.T) {
 // wholeObjects hides the local store's Stager: a store that takes whole objects only, as S3.
 type wholeObjects struct{ Objects }
 
-// spoolStores are the stores that take whole objects: the local store behind wholeObjects, and
-// MinIO when the test services are configured.
+// spoolStores are the stores that take whole objects, each with a body held in one mapping
+// (flat.go, where the platform maps) and in segments (spool.go): the local store behind
+// wholeObjects, and MinIO when the test services are configured.
 func spoolStores(t *testing.T) map[string]func(t *testing.T) Objects {
+	out := map[string]func(t *testing.T) Objects{}
+	for name, open := range wholeStores() {
+		for _, flat := range []bool{true, false} {
+			mode := "segments"
+			if flat {
+				mode = "flat"
+			}
+			out[name+"/"+mode] = func(t *testing.T) Objects {
+				flatBodies = flat
+				t.Cleanup(func() { flatBodies = true })
+				return open(t)
+			}
+		}
+	}
+	return out
+}
+
+func wholeStores() map[string]func(t *testing.T) Objects {
 	return map[string]func(t *testing.T) Objects{
 		"local-whole": func(t *testing.T) Objects {
 			st, err := objstore.NewLocal(filepath.Join(t.TempDir(), "o"))
@@ -272,5 +291,54 @@ func TestPutXorbSpooledEncodingRace(t *testing.T) {
 				checkServable(t, db, st, h, chunks)
 			}
 		})
+	}
+}
+
+// TestFlat: a flat body's reads land in its mapping one after another, each limited to what is
+// reserved and reserving one segment at a time before a read may touch it; a read into other
+// memory (the upload's own footer) passes through uncounted; a failed reservation fails the
+// read and is kept; a reader of the object cannot reach it once freed.
+func TestFlat(t *testing.T) {
+	b, err := newFlat(flatLen)
+	if errors.Is(err, errNoFlat) {
+		t.Skip("no flat bodies on this platform")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &meter{ceiling: 3 * spoolSegment}
+	f := &flat{b: b, mem: m.reserve}
+	defer f.free()
+	data := make([]byte, 3*spoolSegment+100)
+	rand.Read(data)
+	fr := flatReader{f, bytes.NewReader(data)}
+	for f.n < 3*spoolSegment {
+		n, err := fr.Read(f.b[f.n:])
+		if err != nil {
+			t.Fatalf("read at %d: %v", f.n, err)
+		}
+		if need := (f.n + spoolSegment - 1) / spoolSegment * spoolSegment; m.granted != need || n == 0 {
+			t.Fatalf("after %d bytes (read %d) %d reserved, want %d", f.n, n, m.granted, need)
+		}
+	}
+	if _, err := fr.Read(f.b[f.n:]); !errors.Is(err, errNoMemory) || !errors.Is(f.memErr, errNoMemory) {
+		t.Fatalf("read past the ceiling: %v (kept %v)", err, f.memErr)
+	}
+	other := make([]byte, 50)
+	if n, err := fr.Read(other); err != nil || n != 50 || f.n != 3*spoolSegment {
+		t.Fatalf("read into other memory: %d, %v, n %d", n, err, f.n)
+	}
+	if !bytes.Equal(f.b[:f.n], data[:f.n]) {
+		t.Fatal("the mapping does not hold what was read")
+	}
+	f.size = f.n
+	obj := f.reader()
+	head := make([]byte, 10)
+	if _, err := obj.Read(head); err != nil || !bytes.Equal(head, data[:10]) {
+		t.Fatalf("object read: %v", err)
+	}
+	f.free()
+	if n, err := obj.Read(head); n != 0 || !errors.Is(err, errSpoolFreed) {
+		t.Fatalf("object read after free: %d, %v", n, err)
 	}
 }

@@ -60,7 +60,10 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 		return false, nil
 	}
 	if s.stager == nil {
-		ins, err := s.putSpooled(ctx, h, r, mem, start)
+		ins, ok, err := s.putFlat(ctx, h, r, mem, start)
+		if !ok {
+			ins, err = s.putSpooled(ctx, h, r, mem, start)
+		}
 		if err != nil {
 			return false, err
 		}
