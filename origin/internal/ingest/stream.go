@@ -25,9 +25,11 @@ func (s *Service) Streams() bool { return s.stager != nil }
 // an upload holds xorb.StreamMemory of memory instead of its whole body; the staged object
 // becomes visible under XorbKey(h) only after the whole body validated and its footer was
 // written and made durable, and on any error its temporary file is removed. On any other store
-// the validated chunks are gathered in segments reserved from mem as they arrive (spool.go) and
-// the object is created from them once the whole body validated; a failed reservation ends
-// the upload with mem's error and nothing stored. mem may be nil where nothing is reserved.
+// the body is kept in memory reserved from mem 2 MiB at a time as it arrives — read into one
+// mapping and validated there (flat.go, Linux), or its validated chunks copied into segments
+// (spool.go) — and the object is created from it once the whole body validated; a failed
+// reservation ends the upload with mem's error and nothing stored. mem may be nil where
+// nothing is reserved.
 //
 // A xorb the index already has is validated and not written. Results, errors, the race rules
 // with concurrent uploads of the same xorb in other encodings, and the possession record are

@@ -18,8 +18,8 @@ import (
 // under the admission every upload has (the scope's slot, the pace floor, the body deadline,
 // the size limit), with a fixed reservation of ingest memory, xorb.StreamMemory, taken before
 // the first byte is read. On the local disk the validated chunks go to the store as they
-// arrive; on S3 they are gathered in memory reserved, segment by segment, from the same budget
-// as the object grows (never by the declared length) until the whole object can be sent in one
+// arrive; on S3 the body is kept in memory reserved 2 MiB at a time from the same budget as it
+// arrives (never by the declared length) until the whole object can be sent in one
 // conditional PUT (docs/decisions.md, "Streamed xorb uploads", "Spooled xorb uploads on S3").
 func (s *Server) postXorbStream(w http.ResponseWriter, r *http.Request, prefix string, h hash.Hash) error {
 	limit := int64(ingest.MaxXorbBody)
