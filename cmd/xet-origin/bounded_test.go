@@ -220,9 +220,9 @@ func TestSlowUploadsDoNotStallWriters(t *testing.T) {
 }
 
 // TestUploadAdmissionIsBounded checks the two other bounds of upload admission on the real
-// binary. On Postgres + MinIO, where a xorb body is held in memory until it is stored: when
-// ingest memory is really full (two uploads of scope A have sent half of 64 MiB each into a
-// 128 MiB budget and trickle on), an upload of scope B waits at most ingest_wait and gets 503 +
+// binary. On Postgres + MinIO, where a xorb's validated chunks are held in memory until it is
+// stored: when ingest memory is really full (two uploads of scope A have sent 59 of 64 MiB
+// each into a 128 MiB budget and trickle on), an upload of scope B waits at most ingest_wait and gets 503 +
 // Retry-After instead of waiting for them. On the embedded backend, where a body is validated
 // and written to the local store as it arrives, the two trickling uploads hold a fixed
 // reservation each (xorb.StreamMemory), so scope B's upload goes through. On both, a third
@@ -240,10 +240,14 @@ func testUploadAdmissionIsBounded(t *testing.T, o *proc) {
 	a, b := o.token(t, "models/acme/a", "write"), o.token(t, "models/acme/b", "write")
 	rng := mrand.New(mrand.NewPCG(5, 7))
 
-	// Scope A fills the memory with bytes actually sent: 33 MiB each makes a 64 MiB buffer.
+	// Scope A fills the memory with bytes actually sent. On S3 a body is held in memory
+	// reserved 2 MiB at a time as it arrives (ingest/flat.go, spool.go): 59 MiB sent holds 30
+	// such steps beside xorb.StreamMemory, so two such bodies leave less than one
+	// StreamMemory of the 128 MiB free. The next step is needed only after another MiB, two
+	// minutes away at the trickle's rate.
 	var hogs []*slowUpload
 	for range 2 {
-		hogs = append(hogs, startSlowUpload(t, o, a, 64<<20, 33<<20, 8000))
+		hogs = append(hogs, startSlowUpload(t, o, a, 64<<20, 59<<20, 8000))
 	}
 	time.Sleep(2 * time.Second) // both bursts are in
 

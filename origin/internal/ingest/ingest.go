@@ -10,8 +10,9 @@
 // derived from the bytes that are stored: one xorb hash has many valid encodings (the hash
 // covers the chunks, not their compression), so an upload that finds the key taken indexes
 // the stored object's layout, not its own (Service.PutXorb). A shard body kept inline in its registration is durable with that commit. Nothing is written under a key before validation succeeds (a streamed upload,
-// PutXorbStream, writes only a temporary file, removed when it fails), so a rejected upload
-// leaves nothing behind.
+// PutXorbStream, writes only a temporary file, removed when it fails, on the local disk, and
+// holds the object in memory until it validated on S3), so a rejected upload leaves nothing
+// behind.
 package ingest
 
 import (

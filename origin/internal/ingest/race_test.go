@@ -52,7 +52,7 @@ func sameChunks(t *testing.T, seed uint64, n int) (chunks [][]byte, bodies [][]b
 }
 
 // storedObject returns the stored bytes of xorb h (nil if there are none).
-func storedObject(t *testing.T, st objstore.ObjectStore, h hash.Hash) []byte {
+func storedObject(t *testing.T, st Objects, h hash.Hash) []byte {
 	t.Helper()
 	rc, _, err := st.Get(context.Background(), XorbKey(h))
 	if errors.Is(err, objstore.ErrNotFound) {
@@ -71,7 +71,7 @@ func storedObject(t *testing.T, st objstore.ObjectStore, h hash.Hash) []byte {
 
 // checkServable fails unless the index's layout of h describes the stored object exactly: the
 // same size, and every chunk read at the index's byte offsets decodes to the chunk uploaded.
-func checkServable(t *testing.T, db index.Index, st objstore.ObjectStore, h hash.Hash, chunks [][]byte) {
+func checkServable(t *testing.T, db index.Index, st Objects, h hash.Hash, chunks [][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	size, err := db.XorbSize(ctx, h)

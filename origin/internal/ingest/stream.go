@@ -12,29 +12,35 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// Streams reports whether PutXorbStream can be used: the object store takes objects written
-// piece by piece (objstore.Stager: the local disk). On a store that needs the whole object and
-// its length first (S3: one conditional PUT), uploads go through PutXorb.
+// Streams reports whether the object store takes objects written piece by piece
+// (objstore.Stager: the local disk), so that PutXorbStream writes each validated chunk to it at
+// once. On a store that needs the whole object and its length first (S3: one conditional PUT),
+// PutXorbStream gathers the validated object in memory reserved from its Memory instead.
 func (s *Service) Streams() bool { return s.stager != nil }
 
 // PutXorbStream is PutXorb for a body read from r: the body is validated chunk by chunk as it
-// arrives (xorb.ValidateStream) and each validated chunk is written to a staged object at once,
-// so an upload holds xorb.StreamMemory of memory instead of its whole body. The staged object
+// arrives (xorb.ValidateStream), in one pass over bytes that are still in the cache.
+//
+// On a Stager (the local disk) each validated chunk is written to a staged object at once, so
+// an upload holds xorb.StreamMemory of memory instead of its whole body; the staged object
 // becomes visible under XorbKey(h) only after the whole body validated and its footer was
-// written and made durable; on any error its temporary file is removed and nothing stays. A
-// xorb the index already has is validated and not written. Results, errors, the race rules
+// written and made durable, and on any error its temporary file is removed. On any other store
+// the body is kept in memory reserved from mem 2 MiB at a time as it arrives — read into one
+// mapping and validated there (flat.go, Linux), or its validated chunks copied into segments
+// (spool.go) — and the object is created from it once the whole body validated; a failed
+// reservation ends the upload with mem's error and nothing stored. mem may be nil where
+// nothing is reserved.
+//
+// A xorb the index already has is validated and not written. Results, errors, the race rules
 // with concurrent uploads of the same xorb in other encodings, and the possession record are
 // PutXorb's; in addition a failed read of r is a *xorb.ReadError, for the caller to classify.
-func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h hash.Hash, r io.Reader) (inserted bool, err error) {
+func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h hash.Hash, r io.Reader, mem Memory) (inserted bool, err error) {
 	defer func() { s.count(s.xorbs, inserted, err) }()
 	defer func() {
 		if err == nil {
 			err = s.recordPossession(ctx, scope, h)
 		}
 	}()
-	if s.stager == nil {
-		return false, errors.New("ingest: the object store does not take streamed objects")
-	}
 	if prefix != Prefix {
 		return false, fmt.Errorf("%w: %q", ErrBadPrefix, prefix)
 	}
@@ -54,6 +60,17 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 		}
 		s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
 		return false, nil
+	}
+	if s.stager == nil {
+		ins, ok, err := s.putFlat(ctx, h, r, mem, start)
+		if !ok {
+			ins, err = s.putSpooled(ctx, h, r, mem, start)
+		}
+		if err != nil {
+			return false, err
+		}
+		s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
+		return ins, nil
 	}
 	st, err := s.stager.Stage(ctx, XorbKey(h))
 	if err != nil {
@@ -85,6 +102,34 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 	}
 	s.bytesIn.WithLabelValues("xorb").Add(float64(body.n))
 	return ins, nil
+}
+
+// putSpooled is PutXorbStream on a store that takes whole objects: the validated chunk area and
+// the footer are gathered in a spool, then created under XorbKey(h) in one call with their
+// length (objstore.S3: one conditional PUT), and indexed as PutXorb indexes its object.
+func (s *Service) putSpooled(ctx context.Context, h hash.Hash, r io.Reader, mem Memory, start time.Time) (bool, error) {
+	sp := &spool{mem: mem, max: spoolMax}
+	defer sp.free()
+	l, area, err := xorb.ValidateStream(r, sp, &h)
+	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
+	var we *xorb.WriteError
+	if errors.As(err, &we) {
+		return false, fmt.Errorf("store xorb %s: %w", h, we.Err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	if _, err := sp.Write(xorb.AppendFooter(nil, l, 0)); err != nil {
+		return false, fmt.Errorf("store xorb %s: %w", h, err)
+	}
+	if area <= 0 || area >= sp.Len() {
+		return false, fmt.Errorf("store xorb %s: spooled %d bytes for a chunk area of %d", h, sp.Len(), area)
+	}
+	size := uint64(sp.Len())
+	err = s.objs.Create(ctx, XorbKey(h), sp.reader(), int64(size))
+	return s.indexStored(ctx, h, l, size, err, func() error {
+		return s.objs.Put(ctx, XorbKey(h), sp.reader(), int64(size))
+	})
 }
 
 // countingReader counts the bytes read through it.

@@ -47,7 +47,7 @@ func TestPutXorbStreamEncodingRace(t *testing.T) {
 			}
 			body := bodies[i%len(bodies)]
 			if i < len(bodies) {
-				wg.Go(func() { _, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body)) })
+				wg.Go(func() { _, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), nil) })
 			} else {
 				wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, body) })
 			}
@@ -88,7 +88,7 @@ func TestPutXorbStreamRejectsLeaveNoTrace(t *testing.T) {
 		{"reader fails", func() *failReader { return &failReader{b: body[:len(body)-100], err: boom} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, tc.r())
+			_, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, tc.r(), nil)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -108,7 +108,7 @@ func TestPutXorbStreamRejectsLeaveNoTrace(t *testing.T) {
 		})
 	}
 	// And the same xorb then goes in.
-	if ins, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, bytes.NewReader(body)); err != nil || !ins {
+	if ins, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, bytes.NewReader(body), nil); err != nil || !ins {
 		t.Fatalf("valid upload after the rejects: inserted %v, %v", ins, err)
 	}
 	if left := tempFiles(t, st); len(left) > 0 {
@@ -124,7 +124,7 @@ func TestPutXorbStreamRestoresCollected(t *testing.T) {
 	ctx := context.Background()
 	chunks, bodies, h := sameChunks(t, 102, 8)
 	svc.idx = deleteBeforePut{Index: db, st: st.(*objstore.Local)}
-	ins, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, bytes.NewReader(bodies[2]))
+	ins, err := svc.PutXorbStream(ctx, "models/acme/x", Prefix, h, bytes.NewReader(bodies[2]), nil)
 	if err != nil || !ins {
 		t.Fatalf("upload: inserted %v, %v", ins, err)
 	}

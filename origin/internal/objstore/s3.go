@@ -59,7 +59,7 @@ func (o *S3Options) Validate() error {
 // the object name unchanged. S3 gives the Put contract by itself: an object becomes visible
 // only when its PUT completes, whole, and the service acknowledges it only once stored (MinIO
 // with its default fsync settings). Put sends one PUT request with a known Content-Length,
-// streaming the body without buffering it; the body is signed chunk by chunk over plain HTTP.
+// streaming the body without buffering it; the body itself is not signed (see write).
 type S3 struct {
 	core   minio.Core
 	bucket string
@@ -147,8 +147,10 @@ func (s *S3) write(ctx context.Context, op, key string, r io.Reader, size int64)
 		DisableMultipart: size <= singlePutMax,
 		ContentType:      "application/octet-stream",
 		// Signing the payload would hash every xorb with SHA-256 once more (a third of the
-		// origin's ingest CPU on MinIO, perf/BENCHMARKS.md). The bytes were validated already
-		// and minio-go still sends a CRC32C checksum the server verifies.
+		// origin's ingest CPU on MinIO, perf/BENCHMARKS.md). The bytes were validated already.
+		// No other checksum goes with them either: minio-go adds its CRC32C trailer only for a
+		// client opened with TrailingHeaders (not set here) and Content-MD5 only when asked, so
+		// the request body is copied once, by net/http, into the connection.
 		DisableContentSha256: true,
 	}
 	if op == "create" {

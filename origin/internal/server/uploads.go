@@ -65,20 +65,7 @@ func (s *Server) postXorb(w http.ResponseWriter, r *http.Request) error {
 	if prefix != ingest.Prefix {
 		return fmt.Errorf("%w: %q", ingest.ErrBadPrefix, prefix)
 	}
-	if s.ingest.Streams() {
-		return s.postXorbStream(w, r, prefix, h) // xorbstream.go
-	}
-	body, release, err := s.readUpload(w, r, ingest.MaxXorbBody)
-	if err != nil {
-		return err
-	}
-	defer release()
-	inserted, err := s.ingest.PutXorb(r.Context(), claims(r.Context()).Scope, prefix, h, body)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, wire.UploadXorbResponse{WasInserted: inserted})
-	return nil
+	return s.postXorbStream(w, r, prefix, h) // xorbstream.go
 }
 
 // headXorb: HEAD /v1/xorbs/{prefix}/{hash} → Content-Length = stored object size, for the

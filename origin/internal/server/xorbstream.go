@@ -14,12 +14,13 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
-// postXorbStream is postXorb on an object store that takes streamed objects (the local disk;
-// ingest.Service.Streams): the body is validated and written to the store as it arrives, under
-// the same admission as a buffered upload (the scope's slot, the pace floor, the body deadline,
-// the size limit) but with a fixed reservation of ingest memory, xorb.StreamMemory, taken
-// before the first byte is read, instead of one that grows with the body (docs/decisions.md,
-// "Streamed xorb uploads").
+// postXorbStream is postXorb: the body is validated as it arrives (ingest.Service.PutXorbStream)
+// under the admission every upload has (the scope's slot, the pace floor, the body deadline,
+// the size limit), with a fixed reservation of ingest memory, xorb.StreamMemory, taken before
+// the first byte is read. On the local disk the validated chunks go to the store as they
+// arrive; on S3 the body is kept in memory reserved 2 MiB at a time from the same budget as it
+// arrives (never by the declared length) until the whole object can be sent in one
+// conditional PUT (docs/decisions.md, "Streamed xorb uploads", "Spooled xorb uploads on S3").
 func (s *Server) postXorbStream(w http.ResponseWriter, r *http.Request, prefix string, h hash.Hash) error {
 	limit := int64(ingest.MaxXorbBody)
 	b, done, err := s.admitBody(w, r, limit)
@@ -30,8 +31,12 @@ func (s *Server) postXorbStream(w http.ResponseWriter, r *http.Request, prefix s
 	if err := b.reserve(r.Context(), xorb.StreamMemory); err != nil {
 		return err
 	}
+	var mem ingest.Memory
+	if !s.ingest.Streams() {
+		mem = func(n int64) error { return b.reserve(r.Context(), n) }
+	}
 	body := b.stream(w, r, limit)
-	inserted, err := s.ingest.PutXorbStream(r.Context(), claims(r.Context()).Scope, prefix, h, body)
+	inserted, err := s.ingest.PutXorbStream(r.Context(), claims(r.Context()).Scope, prefix, h, body, mem)
 	if body.err != nil {
 		// The body failed, whatever that did to the validation: too slow, too large, cut off.
 		return b.bodyErr(body.err, body.end, int(body.n), limit)

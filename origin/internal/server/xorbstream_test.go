@@ -131,3 +131,41 @@ func TestXorbStreamRejectsLeaveNoTrace(t *testing.T) {
 		t.Fatalf("temporary files left after a stored upload: %v", left)
 	}
 }
+
+// TestXorbSpoolMemory: on S3 a xorb upload is validated as it arrives but its object is held
+// in memory until the one conditional PUT, reserved from limits.ingest_memory segment by
+// segment as it grows. With a budget of xorb.StreamMemory and 4 MiB, a ~2 MiB xorb is stored
+// and a ~9 MiB one is refused with 503 + Retry-After after ingest_wait, storing nothing; and
+// the budget is whole again afterwards (the small one goes in again).
+func TestXorbSpoolMemory(t *testing.T) {
+	e := newEnv(t, postgresMinIO(), func(c *config.Config) {
+		c.Limits.IngestMemory = xorb.StreamMemory + 4<<20
+		c.Limits.IngestWait = config.Duration(300 * time.Millisecond)
+	})
+	small := makeFixture(t, 34, 1, 48, 64<<10)
+	big := makeFixture(t, 35, 1, 200, 64<<10)
+	if len(small.xorbs[0]) > 4<<20-1<<20 || len(big.xorbs[0]) < 6<<20 {
+		t.Fatalf("fixtures of %d and %d bytes do not straddle the budget", len(small.xorbs[0]), len(big.xorbs[0]))
+	}
+	w := e.token("models/a/b", auth.Write)
+	bigPath := "/v1/xorbs/default/" + big.layouts[0].Hash.String()
+	start := time.Now()
+	resp := e.do("POST", bigPath, w, big.xorbs[0])
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("xorb of %d bytes with %d of ingest memory: %d (Retry-After %q); want 503",
+			len(big.xorbs[0]), e.cfg.Limits.IngestMemory, resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	resp.Body.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("refused only after %v (ingest_wait 300ms)", took)
+	}
+	if e.stored(ingest.XorbKey(big.layouts[0].Hash)) {
+		t.Fatal("a refused xorb left an object behind")
+	}
+	expect(t, e.do("HEAD", bigPath, w, nil), 404)
+	smallPath := "/v1/xorbs/default/" + small.layouts[0].Hash.String()
+	for range 2 {
+		expect(t, e.do("POST", smallPath, w, small.xorbs[0]), 200)
+	}
+	expect(t, e.do("HEAD", smallPath, w, nil), 200)
+}

@@ -51,8 +51,20 @@ func (e *WriteError) Unwrap() error { return e.Err }
 func ValidateStream(r io.Reader, w io.Writer, expect *hash.Hash) (*Layout, int64, error) {
 	bp := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(bp)
-	s := stream{r: r, w: w, buf: *bp}
+	return validateStream(&stream{r: r, w: w, buf: *bp}, expect)
+}
 
+// ValidateStreamInPlace is ValidateStream for a body read into buf, which must be longer than
+// the chunk area of any body the caller accepts: each read of r is into buf right after the
+// bytes before it (r is given the rest of buf and may fill less of it, to pace the memory it
+// touches), every chunk is validated where it lies, and the validated chunk area is left at
+// buf[:area] instead of being copied anywhere. A chunk area that fills buf is ErrTooLarge; a
+// footer sent with the upload may be read past buf (at most maxTrailer bytes, on the heap).
+func ValidateStreamInPlace(r io.Reader, buf []byte, expect *hash.Hash) (*Layout, int64, error) {
+	return validateStream(&stream{r: r, buf: buf, inPlace: true}, expect)
+}
+
+func validateStream(s *stream, expect *hash.Hash) (*Layout, int64, error) {
 	l := &Layout{}
 	var leaves []hash.Leaf
 	var dec Decoder
@@ -129,6 +141,7 @@ type stream struct {
 	buf               []byte
 	start, valid, end int
 	eof               bool
+	inPlace           bool // ValidateStreamInPlace: buf holds the whole body; nothing is written
 }
 
 // fill makes at least n unvalidated bytes available in buf[valid:end] unless the body ends
@@ -136,7 +149,10 @@ type stream struct {
 func (s *stream) fill(n int) (int, error) {
 	empty := 0
 	for s.end-s.valid < n && !s.eof {
-		if len(s.buf)-s.valid < n {
+		if s.inPlace && s.end == len(s.buf) {
+			return 0, fmt.Errorf("%w: body longer than its %d-byte buffer", ErrTooLarge, len(s.buf))
+		}
+		if !s.inPlace && len(s.buf)-s.valid < n {
 			if err := s.flush(); err != nil {
 				return 0, err
 			}
@@ -163,7 +179,7 @@ func (s *stream) fill(n int) (int, error) {
 
 // flush writes the validated bytes not yet written.
 func (s *stream) flush() error {
-	if s.valid > s.start {
+	if s.valid > s.start && !s.inPlace {
 		if _, err := s.w.Write(s.buf[s.start:s.valid]); err != nil {
 			return &WriteError{err}
 		}

@@ -39,7 +39,7 @@ func streamOf(body []byte, expect *hash.Hash, sizes ...int) (*Layout, int64, []b
 // TestValidateStreamMatchesValidate checks that the streaming validator accepts every
 // encoding a client may choose (uncompressed, LZ4, byte-grouping LZ4, mixed), with and without
 // an upload footer, whatever the read sizes, with Validate's layout, and writes exactly the
-// chunk area.
+// chunk area; and so does the in-place one, leaving the chunk area at the buffer's start.
 func TestValidateStreamMatchesValidate(t *testing.T) {
 	for _, s := range []Scheme{None, LZ4, BG4, Auto} {
 		chunks := mixedChunks()
@@ -61,13 +61,33 @@ func TestValidateStreamMatchesValidate(t *testing.T) {
 					t.Fatalf("%s %s reads %v: area %d, wrote %d bytes, want %d", s, tc.name, sizes, area, len(wrote), len(body))
 				}
 				assertLayoutEqual(t, got, want)
+				got, area, held, err := inPlaceOf(tc.body, len(tc.body)+1, &want.Hash, sizes...)
+				if err != nil {
+					t.Fatalf("%s %s reads %v in place: %v", s, tc.name, sizes, err)
+				}
+				if area != int64(len(body)) || !bytes.Equal(held[:area], body) {
+					t.Fatalf("%s %s reads %v in place: area %d, want %d", s, tc.name, sizes, area, len(body))
+				}
+				assertLayoutEqual(t, got, want)
+			}
+			// A buffer the chunk area fills is too small: the body could go on.
+			if _, _, _, err := inPlaceOf(tc.body, len(body), &want.Hash, 1<<30); !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("%s %s in a buffer of its chunk area's length: %v; want ErrTooLarge", s, tc.name, err)
 			}
 		}
 	}
 }
 
-// TestValidateStreamRejects checks the streaming validator's refusals: each of these bodies
-// fails, with Validate's sentinel.
+// inPlaceOf runs ValidateStreamInPlace over body read in pieces of the given sizes into a
+// buffer of n bytes, and returns the buffer.
+func inPlaceOf(body []byte, n int, expect *hash.Hash, sizes ...int) (*Layout, int64, []byte, error) {
+	buf := make([]byte, n)
+	l, area, err := ValidateStreamInPlace(&pieceReader{b: body, sizes: sizes}, buf, expect)
+	return l, area, buf, err
+}
+
+// TestValidateStreamRejects checks the streaming validators' refusals: each of these bodies
+// fails, with Validate's sentinel, streamed and in place.
 func TestValidateStreamRejects(t *testing.T) {
 	body, l := buildBody(t, LZ4, textLike(70_000, 1), floatLike(65_536, 2), randomBytes(9_000, 3))
 	other := hash.Chunk([]byte("other"))
@@ -94,12 +114,13 @@ func TestValidateStreamRejects(t *testing.T) {
 	} {
 		_, _, err1 := Validate(tc.body, ValidateOptions{Expect: tc.expect})
 		_, _, _, err2 := streamOf(tc.body, tc.expect, 4096, 13)
-		if err1 == nil || err2 == nil {
-			t.Errorf("%s: Validate %v, ValidateStream %v; want both to fail", tc.name, err1, err2)
+		_, _, _, err3 := inPlaceOf(tc.body, len(tc.body)+1, tc.expect, 4096, 13)
+		if err1 == nil || err2 == nil || err3 == nil {
+			t.Errorf("%s: Validate %v, ValidateStream %v, in place %v; want all to fail", tc.name, err1, err2, err3)
 			continue
 		}
-		if tc.want != nil && (!errors.Is(err1, tc.want) || !errors.Is(err2, tc.want)) {
-			t.Errorf("%s: Validate %v, ValidateStream %v; want %v", tc.name, err1, err2, tc.want)
+		if tc.want != nil && (!errors.Is(err1, tc.want) || !errors.Is(err2, tc.want) || !errors.Is(err3, tc.want)) {
+			t.Errorf("%s: Validate %v, ValidateStream %v, in place %v; want %v", tc.name, err1, err2, err3, tc.want)
 		}
 	}
 }

@@ -173,6 +173,15 @@ func FuzzValidate(f *testing.F) {
 		if err3 != nil && !errors.Is(err3, ErrCorrupt) && !errors.Is(err3, ErrEmpty) && !errors.Is(err3, ErrTooLarge) {
 			t.Fatalf("ValidateStream: untyped error %v", err3)
 		}
+		// So does the in-place one, in a buffer with room to spare, leaving the chunk area at
+		// its start.
+		l4, a4, held, err4 := inPlaceOf(body, len(body)+1, nil, 1+len(body)%89, 4096, 5)
+		if (err1 == nil) != (err4 == nil) {
+			t.Fatalf("Validate %v, ValidateStreamInPlace %v", err1, err4)
+		}
+		if err1 == nil && (int64(a1) != a4 || l1.Hash != l4.Hash || !bytes.Equal(held[:a4], body[:a1])) {
+			t.Fatal("Validate and ValidateStreamInPlace disagree")
+		}
 		if err1 != nil {
 			if !errors.Is(err1, ErrCorrupt) && !errors.Is(err1, ErrEmpty) && !errors.Is(err1, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err1)
