@@ -172,7 +172,9 @@ func FromSHA256(d [32]byte) Hash {
 func Keyed(key Hash, msg []byte) Hash {
 	if useX(len(msg)) {
 		k := [Size]byte(key)
-		return Hash(blake3x.New(&k).Sum(msg))
+		var x blake3x.Hasher // on the stack: its scratch is inline
+		x.Init(&k)
+		return Hash(x.Sum(msg))
 	}
 	hs, _ := blake3.NewKeyed(key[:]) // cannot fail: the key has the right length
 	_, _ = hs.Write(msg)
@@ -189,8 +191,9 @@ func useX(n int) bool { return n >= blake3x.MinLen && blake3x.Enabled() }
 // KeyedHasher hashes many messages under one key, paying the key schedule and the hasher's
 // allocation once instead of per message. A KeyedHasher is not safe for concurrent use.
 type KeyedHasher struct {
-	h *blake3.Hasher  // short messages and SumHashes
-	x *blake3x.Hasher // long messages where blake3x.Enabled; nil elsewhere
+	h  *blake3.Hasher // short messages and SumHashes
+	x  blake3x.Hasher // long messages where blake3x.Enabled (inline: no allocation of its own)
+	xk bool           // x is set up
 }
 
 // NewKeyedHasher returns a KeyedHasher for key.
@@ -199,14 +202,15 @@ func NewKeyedHasher(key Hash) *KeyedHasher {
 	k := &KeyedHasher{h: hs}
 	if blake3x.Enabled() {
 		kb := [Size]byte(key)
-		k.x = blake3x.New(&kb)
+		k.x.Init(&kb)
+		k.xk = true
 	}
 	return k
 }
 
 // Sum returns Keyed(key, msg).
 func (k *KeyedHasher) Sum(msg []byte) Hash {
-	if k.x != nil && len(msg) >= blake3x.MinLen {
+	if k.xk && len(msg) >= blake3x.MinLen {
 		return Hash(k.x.Sum(msg))
 	}
 	k.h.Reset()

@@ -68,7 +68,6 @@ func validateStream(s *stream, expect *hash.Hash) (*Layout, int64, error) {
 	l := &Layout{}
 	var leaves []hash.Leaf
 	var dec Decoder
-	hasher := hash.NewChunker()
 	var scratch []byte
 	pos, raw := int64(0), uint64(0)
 	for {
@@ -118,7 +117,7 @@ func validateStream(s *stream, expect *hash.Hash) (*Layout, int64, error) {
 		s.valid += h.Size()
 		pos += int64(h.Size())
 		raw += uint64(h.RawLen)
-		leaves = l.accept(leaves, hasher.Sum(out), h, pos, raw)
+		leaves = l.accept(leaves, hash.Chunk(out), h, pos, raw)
 	}
 	if len(leaves) == 0 {
 		return nil, 0, fmt.Errorf("%w: upload of %d bytes", ErrEmpty, pos)

@@ -118,7 +118,6 @@ func validateSerial(body []byte) (*Layout, int, error) {
 		RawEnds:     make([]uint32, 0, c),
 	}
 	var dec Decoder
-	hasher := hash.NewChunker()
 	var scratch []byte // grows to the largest chunk, at most MaxChunkRaw
 	leaves := make([]hash.Leaf, 0, c)
 	pos, raw := 0, uint64(0)
@@ -139,7 +138,7 @@ func validateSerial(body []byte) (*Layout, int, error) {
 		}
 		pos += h.Size()
 		raw += uint64(h.RawLen)
-		leaves = l.accept(leaves, hasher.Sum(out), h, int64(pos), raw)
+		leaves = l.accept(leaves, hash.Chunk(out), h, int64(pos), raw)
 	}
 	if len(leaves) == 0 {
 		return nil, 0, fmt.Errorf("%w: upload of %d bytes", ErrEmpty, len(body))
@@ -188,7 +187,6 @@ func validateParallel(body []byte, workers int) (*Layout, int, error) {
 		go func() {
 			defer wg.Done()
 			var dec Decoder
-			hasher := hash.NewChunker()
 			var scratch []byte
 			for !failed.Load() {
 				b := int(next.Add(1) - 1)
@@ -210,7 +208,7 @@ func validateParallel(body []byte, workers int) (*Layout, int, error) {
 					if !aliased {
 						scratch = out
 					}
-					hashes[i] = hasher.Sum(out)
+					hashes[i] = hash.Chunk(out)
 				}
 			}
 		}()

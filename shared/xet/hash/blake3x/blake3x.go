@@ -36,9 +36,10 @@ const (
 	// zeebo/blake3's 8-lane AVX2 code is as fast.
 	MinLen = 16 * ChunkLen
 
-	// keepCVs bounds the chaining-value scratch a Hasher keeps between messages (in words:
-	// 8 per chunk, 256 KiB messages); longer messages use a temporary one.
-	keepCVs = 8 * 256
+	// inlineCVs is the chaining-value scratch a Hasher holds inline (in words: 8 per chunk, up to
+	// 128 KiB messages, the largest Xet chunk), so hashing allocates nothing; longer messages use
+	// a temporary one.
+	inlineCVs = 8 * 128
 )
 
 // enabled reports whether Sum may use the kernel: the CPU has it and it was not switched off.
@@ -50,17 +51,23 @@ func Enabled() bool { return enabled }
 // Hasher hashes messages under one key. It is not safe for concurrent use.
 type Hasher struct {
 	key [8]uint32
-	cvs []uint32       // chaining values, 8 words per chunk
-	pad [ChunkLen]byte // a partial last chunk, zero-padded to whole blocks
+	cvs [inlineCVs]uint32 // chaining values, 8 words per chunk
+	pad [ChunkLen]byte    // a partial last chunk, zero-padded to whole blocks
 }
 
 // New returns a Hasher for the 32-byte key.
 func New(key *[32]byte) *Hasher {
 	h := &Hasher{}
+	h.Init(key)
+	return h
+}
+
+// Init sets h up for the 32-byte key; a Hasher may live inside another value or on the stack
+// (it holds its scratch inline).
+func (h *Hasher) Init(key *[32]byte) {
 	for i := range h.key {
 		h.key[i] = binary.LittleEndian.Uint32(key[4*i:])
 	}
-	return h
 }
 
 // Sum returns the keyed BLAKE3 hash of msg, which must be longer than ChunkLen. It uses the
@@ -71,14 +78,12 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	}
 	n := (len(msg) + ChunkLen - 1) / ChunkLen // chunks, at least 2
 	full := len(msg) / ChunkLen               // complete chunks
-	cvs := h.cvs
-	if cap(cvs) < 8*n {
+	var cvs []uint32
+	if 8*n <= len(h.cvs) {
+		cvs = h.cvs[:8*n]
+	} else {
 		cvs = make([]uint32, 8*n)
-		if 8*n <= keepCVs {
-			h.cvs = cvs
-		}
 	}
-	cvs = cvs[:8*n]
 
 	var (
 		lanes [16]unsafe.Pointer // per lane: its input
