@@ -30,7 +30,9 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 	dsn := postgres.FreshSchema(t)
 	var dbs [2]*postgres.DB
 	for i := range dbs {
-		db, err := postgres.Open(ctx, postgres.Options{DSN: dsn})
+		// Small batches, two in flight per instance: many transactions at once, and arrays
+		// short enough for nested-loop plans, which follow the order of the array.
+		db, err := postgres.Open(ctx, postgres.Options{DSN: dsn, Registrars: 2, MaxBatch: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,9 +40,9 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 		dbs[i] = db
 	}
 	g := indextest.NewGen(410)
-	pool := g.Hashes(48) // entries any wave may take over
+	pool := g.Hashes(24) // entries any wave may take over
 	seed := g.Registration("models/t/seed", 1, 1, 0)
-	seed.Dedup = pool[:32]
+	seed.Dedup = pool[:16]
 	if _, err := dbs[0].RegisterShard(ctx, seed); err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +53,9 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 		owners[c] = map[hash.Hash]bool{seed.Xorbs[0]: true}
 	}
 	pick := rand.New(rand.NewPCG(41, 41))
-	const waves, perWave = 6, 96
+	const waves, perWave = 20, 64
 	for w := range waves {
-		fresh := g.Hashes(16) // new in this wave: both instances insert them
+		fresh := g.Hashes(6) // new in this wave: both instances insert them
 		files := make([]*recon.FileRecord, 6)
 		for i := range files {
 			files[i] = g.Record(1)
@@ -63,10 +65,10 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 		for i := range regs {
 			r := g.Registration(fmt.Sprintf("models/t/%d", i%3), 0, 1, 0)
 			r.Files = []*recon.FileRecord{files[pick.IntN(len(files))]}
-			for _, k := range pick.Perm(len(pool))[:12] {
+			for _, k := range pick.Perm(len(pool))[:8] {
 				r.Dedup = append(r.Dedup, pool[k])
 			}
-			for _, k := range pick.Perm(len(fresh))[:4] {
+			for _, k := range pick.Perm(len(fresh))[:2] {
 				r.Dedup = append(r.Dedup, fresh[k])
 			}
 			for _, c := range r.Dedup {
@@ -78,7 +80,7 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 			regs[i] = r
 		}
 		// Instance 0 registers the even ones from the first, instance 1 the odd ones from the
-		// last, 32 at a time each.
+		// last, 16 at a time each.
 		var wg sync.WaitGroup
 		errs := make(chan error, perWave)
 		for d, db := range dbs {
@@ -96,7 +98,7 @@ func TestTwoReplicasTakeOver(t *testing.T) {
 				work <- r
 			}
 			close(work)
-			for range 32 {
+			for range 16 {
 				wg.Go(func() {
 					for r := range work {
 						if _, err := db.RegisterShard(ctx, r); err != nil {
