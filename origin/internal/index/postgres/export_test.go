@@ -1,13 +1,10 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,9 +146,9 @@ func MigrateTo(ctx context.Context, dsn string, v int) error {
 	})
 }
 
-// RegisterHOT commits rs as one batch in a transaction of its own (queueRegister, as a
-// registrar does) and returns how many dedup rows that transaction updated in all and how many
-// of those updates were heap-only (no new index entries), from the transaction's own statistics.
+// RegisterHOT commits rs as one batch in a transaction of its own (qRegister, as a registrar
+// does) and returns how many dedup rows that transaction updated in all and how many of those
+// updates were heap-only (no new index entries), from the transaction's own statistics.
 func (db *DB) RegisterHOT(ctx context.Context, rs ...*index.Registration) (updated, hot int64, err error) {
 	ops := make([]*regOp, len(rs))
 	for i, r := range rs {
@@ -169,9 +166,7 @@ func (db *DB) RegisterHOT(ctx context.Context, rs ...*index.Registration) (updat
 		if err := tx.QueryRow(ctx, qCounts).Scan(&u0, &h0); err != nil {
 			return err
 		}
-		batch := &pgx.Batch{}
-		queueRegister(batch, ops, map[hash.Hash]bool{})
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		if _, err := tx.Exec(ctx, qRegister, registerArgs(ops)...); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, qCounts).Scan(&updated, &hot); err != nil {
@@ -209,70 +204,3 @@ func (db *DB) DedupChannel() string { return db.channel }
 
 // DedupListenerName is the listener session's application_name.
 const DedupListenerName = dedupListenerName
-
-// ExplainTakeOver returns the plans of qTakeOver under qTakeOverPlan, as a registration runs it,
-// for arrays of each of sizes chunks (those of the table's entries first, then new ones): with
-// the parameters' values (the custom plans a registration gets) and as a generic plan. The
-// statements are only explained, not run.
-func (db *DB) ExplainTakeOver(ctx context.Context, sizes ...int) (map[string]string, error) {
-	out := map[string]string{}
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, qTakeOverPlan); err != nil {
-			return err
-		}
-		explain := func(name, q string, args ...any) error {
-			rows, err := tx.Query(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			var lines []string
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					return err
-				}
-				lines = append(lines, line)
-			}
-			out[name] = strings.Join(lines, "\n")
-			return rows.Err()
-		}
-		for _, n := range sizes {
-			rows, err := tx.Query(ctx, `SELECT chunk FROM dedup ORDER BY chunk LIMIT $1`, n)
-			if err != nil {
-				return err
-			}
-			var cs [][]byte
-			for rows.Next() {
-				var c []byte
-				if err := rows.Scan(&c); err != nil {
-					rows.Close()
-					return err
-				}
-				cs = append(cs, c)
-			}
-			rows.Close()
-			for len(cs) < n {
-				c := make([]byte, 32)
-				rand.Read(c)
-				cs = append(cs, c)
-			}
-			slices.SortFunc(cs, bytes.Compare)
-			if err := explain(fmt.Sprintf("custom/%d", n), "EXPLAIN "+qTakeOver, byteaArray(cs), byteaArray(cs)); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `PREPARE xet_takeover(bytea[], bytea[]) AS `+qTakeOver); err != nil {
-			return err
-		}
-		if err := explain("generic", `EXPLAIN EXECUTE xet_takeover('{}', '{}')`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `DEALLOCATE xet_takeover`)
-		return err
-	})
-	return out, err
-}

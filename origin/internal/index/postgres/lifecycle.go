@@ -485,7 +485,13 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 			}
 			batch = &pgx.Batch{}
 		}
-		queueRegister(batch, ops, out)
+		batch.Queue(qRegister, registerArgs(ops)...).Query(func(rows pgx.Rows) error {
+			hs, err := scanHashes(rows)
+			for _, h := range hs {
+				out[h] = true
+			}
+			return err
+		})
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
@@ -498,39 +504,6 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 		return nil
 	})
 	return out, err
-}
-
-// queueRegister queues the statements that write a batch's registrations (ops) in batch, in a
-// transaction of their own; once it ran, fresh holds the shards that were new.
-//
-// The dedup entries are written in two statements, inserted (qRegister, ON CONFLICT DO NOTHING)
-// and then taken over (qTakeOver, a plain update of the entries naming another shard): an entry
-// that exists is no longer locked by the conflict handler (one WAL record) before its update.
-// Lock order (docs/decisions.md, 2026-12-02 "Dedup take-overs by a plain update"): every
-// registration transaction writes the tables in one order (qRegister's, the same for every
-// batch, then the dedup take-overs), each table's keys in ascending order, and holds what it
-// wrote to its commit; the collector, the only other writer of dedup, excludes registrations
-// (lockGC). A take-over waits only for a transaction that took the same entry over (an entry
-// inserted by a transaction in progress is invisible to it), hence one in its take-overs too,
-// past that entry; an insert waits for one past the same key in its inserts, or in its
-// take-overs. So whoever holds what a transaction waits for is further along the one sequence,
-// and no cycle of waits closes, between batches of one origin or of several. The take-over sees the entries
-// committed after the insert statement began (READ COMMITTED: a new snapshot), so an entry the
-// insert skipped because another registration committed it meanwhile is still taken over:
-// newest wins, as the commit order says. The refusals (not possessed, swept) roll all of it back.
-func queueRegister(batch *pgx.Batch, ops []*regOp, fresh map[hash.Hash]bool) {
-	args := registerArgs(ops)
-	batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
-		hs, err := scanHashes(rows)
-		for _, h := range hs {
-			fresh[h] = true
-		}
-		return err
-	})
-	if chunks, shards := args[7], args[8]; len(chunks.(byteaArray)) > 0 {
-		batch.Queue(qTakeOverPlan)
-		batch.Queue(qTakeOver, chunks, shards)
-	}
 }
 
 // qUnpossessed returns the registrations of a batch (their index in it) whose scope does not

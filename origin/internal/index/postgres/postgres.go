@@ -3,18 +3,16 @@
 //
 // Every lookup is one statement and one round trip. Registrations are group-committed: a
 // registrar goroutine takes every RegisterShard call waiting at that moment (up to
-// Options.MaxBatch; helper registrars too while the queue is full) and commits them in one
-// transaction: ONE statement whose data-modifying CTEs insert the shard rows, file records,
-// visibility rows and new dedup entries from arrays (unnest), then one update of the dedup
-// entries the batch takes over. Under load this turns many small commits, each waiting for a WAL
-// flush, into a few larger ones; with a single caller a batch is just that call. Rows go in
-// table by table in a fixed order and in ascending key order within a table (ON CONFLICT DO
-// NOTHING; the take-overs last, planned to visit their rows in key order), so concurrent
-// transactions (of this process or of other replicas) that touch the same keys only ever wait
-// on each other in one direction and cannot deadlock (queueRegister). When a batch fails for a
-// reason other than the database being unavailable, its registrations are retried one by one,
-// so one bad registration fails alone. Durability is Postgres's: with the default
-// synchronous_commit a method returns after its commit is flushed.
+// Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
+// statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
+// dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
+// small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a
+// batch is just that call. Rows go in table by table in a fixed order and in ascending key order
+// within a table, with ON CONFLICT DO NOTHING, so concurrent statements (of this process or of
+// other replicas) that touch the same keys only ever wait on each other in one direction and
+// cannot deadlock. When a batch fails for a reason other than the database being unavailable,
+// its registrations are retried one by one, so one bad registration fails alone. Durability is
+// Postgres's: with the default synchronous_commit a method returns after its commit is flushed.
 //
 // A statement that fails because its connection was lost (the server restarted or terminated
 // it) resets the pool and runs once more; every statement so retried is idempotent.
@@ -376,10 +374,9 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// list (same body, same stored layouts), so a row already there keeps its own, except a row
 	// from before the migration, whose list holds only the entries that named it then (or NULL:
 	// written by an older replica), and takes the full one. That update does not count as new
-	// (xmax is 0 only for an inserted row). The dedup entries are only inserted here, those not
-	// there yet (ON CONFLICT DO NOTHING, which neither locks nor writes an existing row); the
-	// entries taken over are updated afterwards by qTakeOver, in the same transaction
-	// (queueRegister; the lock order is argued there).
+	// (xmax is 0 only for an inserted row). A dedup entry already naming its shard is left as it
+	// is (no new row version); one taken over changes only the unindexed shard column, a
+	// heap-only update.
 	qRegister = `WITH s AS (
 	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
 	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h
@@ -393,25 +390,10 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc COLLATE "C", h ON CONFLICT DO NOTHING
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
-	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c ON CONFLICT DO NOTHING
+	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
+	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
 )
 SELECT hash FROM s WHERE fresh`
-
-	// qTakeOver is the second half of a batch's dedup entries (queueRegister): every entry of
-	// chunks $1 that names another shard than $2's is taken over (newest wins) with a plain
-	// heap-only update — no speculative insertion, no separate row-lock record as ON CONFLICT DO
-	// UPDATE writes before its update. An entry already naming its shard is left as it is (no
-	// new row version). It runs under qTakeOverPlan, so that it reaches the rows in ascending
-	// chunk order whatever the plan (TestTakeOverPlans).
-	qTakeOver = `UPDATE dedup d SET shard = u.sh FROM unnest($1::bytea[], $2::bytea[]) AS u(c, sh)
-WHERE d.chunk = u.c AND d.shard <> u.sh`
-	// qTakeOverPlan leaves qTakeOver's planner only plans that visit dedup in chunk order: dedup
-	// read through its primary key (no sequential or bitmap scan, whose order is the heap's),
-	// joined to the sorted array by a nested loop (in the order of whichever side is outer: both
-	// ascending) or a merge join (ascending); no hash join, whose order is its probe side's and,
-	// once it spills, not even that. Transaction-local: it ends with the registration's commit.
-	qTakeOverPlan = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-	set_config('enable_hashjoin', 'off', true)`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
