@@ -17,7 +17,8 @@
 #
 # PG_OPTS adds server settings ("-c name=value ..."); STATS=1 loads pg_stat_statements
 # (track_planning on) and prints, after each run, the statements that took most of the
-# server's time (planning + execution) per shard. SCOPES=K spreads the shards over K scopes
+# server's time (planning + execution) per shard, and the WAL written during each run by record
+# type per shard (pg_waldump --stats=record). SCOPES=K spreads the shards over K scopes
 # (ingestbench with K write tokens). PROFILE=DIR saves a CPU profile of each run's origin as
 # DIR/NAME-ROUND.pprof.* (merge with go tool pprof).
 set -euo pipefail
@@ -103,6 +104,7 @@ for r in $(seq "$ROUNDS"); do
 				-admin-token "$("$WORK/bin-$name/xet-origin" token --data-dir "$WORK/o-$db" --ttl 2h --scope models/bench/shards-1 --access admin)")
 		fi
 		load=$(cut -d' ' -f1-3 /proc/loadavg)
+		[ "$STATS" = 1 ] && w0=$(psql_ -d "$db" -At -c "SELECT pg_current_wal_lsn()")
 		c0=$(pg_cpu "$PGPID")
 		"$WORK/bin/ingestbench" -url "http://127.0.0.1:$((P + 1))" -write-token "$W" -server-pid "$OPID" -mode shards \
 			-n "$N" -concurrency "$CONCURRENCY" "${prof[@]}" >"$WORK/ib.txt" || { cat "$WORK/ib.txt" "$WORK/o-$db.log" >&2; die "ingestbench failed"; }
@@ -121,6 +123,15 @@ for r in $(seq "$ROUNDS"); do
 			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db')
 			ORDER BY total_plan_time + total_exec_time DESC LIMIT 10" \
 			-c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY relname"
+		if [ "$STATS" = 1 ]; then
+			# The WAL the run wrote (registrations, the server's background work, other databases'
+			# nothing: the server is private), by record type, per shard.
+			w1=$(psql_ -d "$db" -At -c "SELECT pg_current_wal_lsn()")
+			as_pg "$PGBIN/pg_waldump" --stats=record -p "$PGD/pg_wal" -s "$w0" -e "$w1" 2>/dev/null |
+				awk -v n="$N" '/^----/ { on = 1; next } on && NF { l = $0; gsub(/\([^)]*\)|\[[^]]*\]/, "", l); split(l, f, " ")
+					if (f[2] > 0) printf "  wal %-28s %8.2f records/shard %8.0f B/shard (full-page images %6.0f B)\n", f[1], f[2] / n, f[5] / n, f[4] / n }' ||
+				echo "  (pg_waldump failed)"
+		fi
 		rate[$name]+="$s " ocpu[$name]+="$o " pcpu[$name]+="$pg "
 		psql_ -d postgres -c "DROP DATABASE $db"
 		rm -rf "$WORK/o-$db"
