@@ -263,33 +263,7 @@ func TestPutXorbSpooledEncodingRace(t *testing.T) {
 			st := open(t)
 			svc, db := newSpoolService(t, st)
 			replica := New(Options{Index: db, Objects: st})
-			ctx := t.Context()
-			for round := range 8 {
-				chunks, bodies, h := sameChunks(t, uint64(round), 6)
-				var wg sync.WaitGroup
-				errs := make([]error, 2*len(bodies))
-				for i := range errs {
-					s := svc
-					if (round+i)%2 == 1 {
-						s = replica
-					}
-					body := bodies[i%len(bodies)]
-					if i < len(bodies) {
-						wg.Go(func() {
-							_, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), (&meter{}).reserve)
-						})
-					} else {
-						wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, body) })
-					}
-				}
-				wg.Wait()
-				for i, err := range errs {
-					if err != nil {
-						t.Fatalf("round %d: upload %d (%v): %v", round, i, encodings[i%len(encodings)], err)
-					}
-				}
-				checkServable(t, db, st, h, chunks)
-			}
+			raceStreamedAndBuffered(t, svc, replica, db, st, 8, (&meter{}).reserve)
 		})
 	}
 }

@@ -79,12 +79,8 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 	defer st.Close() // the temporary name; a committed object stays
 	l, area, err := xorb.ValidateStream(r, st, &h)
 	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
-	var we *xorb.WriteError
-	if errors.As(err, &we) {
-		return false, fmt.Errorf("store xorb %s: %w", h, we.Err)
-	}
 	if err != nil {
-		return false, fmt.Errorf("xorb %s: %w", h, err)
+		return false, streamErr(h, err)
 	}
 	footer := xorb.AppendFooter(nil, l, 0)
 	if _, err := st.Write(footer); err != nil {
@@ -112,12 +108,8 @@ func (s *Service) putSpooled(ctx context.Context, h hash.Hash, r io.Reader, mem 
 	defer sp.free()
 	l, area, err := xorb.ValidateStream(r, sp, &h)
 	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
-	var we *xorb.WriteError
-	if errors.As(err, &we) {
-		return false, fmt.Errorf("store xorb %s: %w", h, we.Err)
-	}
 	if err != nil {
-		return false, fmt.Errorf("xorb %s: %w", h, err)
+		return false, streamErr(h, err)
 	}
 	if _, err := sp.Write(xorb.AppendFooter(nil, l, 0)); err != nil {
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
@@ -142,4 +134,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// streamErr names what failed in a streamed upload: the store (a *xorb.WriteError: the
+// server's fault, retryable) or the body (the client's).
+func streamErr(h hash.Hash, err error) error {
+	var we *xorb.WriteError
+	if errors.As(err, &we) {
+		return fmt.Errorf("store xorb %s: %w", h, we.Err)
+	}
+	return fmt.Errorf("xorb %s: %w", h, err)
 }

@@ -35,31 +35,7 @@ func TestPutXorbStreamEncodingRace(t *testing.T) {
 		t.Fatal("a Service on the local store does not stream")
 	}
 	replica := New(Options{Index: db, Objects: st})
-	ctx := context.Background()
-	for round := range 20 {
-		chunks, bodies, h := sameChunks(t, uint64(round), 6)
-		var wg sync.WaitGroup
-		errs := make([]error, 2*len(bodies))
-		for i := range errs {
-			s := svc
-			if (round+i)%2 == 1 {
-				s = replica
-			}
-			body := bodies[i%len(bodies)]
-			if i < len(bodies) {
-				wg.Go(func() { _, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), nil) })
-			} else {
-				wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, body) })
-			}
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("round %d: upload %d (%v): %v", round, i, encodings[i%len(encodings)], err)
-			}
-		}
-		checkServable(t, db, st, h, chunks)
-	}
+	raceStreamedAndBuffered(t, svc, replica, db, st, 20, nil)
 	if left := tempFiles(t, st); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
@@ -163,4 +139,36 @@ func (f *failReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), 3000)], f.b)
 	f.b = f.b[n:]
 	return n, nil
+}
+
+// raceStreamedAndBuffered uploads one xorb per round in every encoding a client may choose, each
+// encoding both streamed (with mem) and buffered, all at once, alternating between svc and
+// replica (two Services sharing db and st); every upload must succeed and the xorb be servable.
+func raceStreamedAndBuffered(t *testing.T, svc, replica *Service, db index.Index, st Objects, rounds int, mem Memory) {
+	t.Helper()
+	ctx := t.Context()
+	for round := range rounds {
+		chunks, bodies, h := sameChunks(t, uint64(round), 6)
+		var wg sync.WaitGroup
+		errs := make([]error, 2*len(bodies))
+		for i := range errs {
+			s := svc
+			if (round+i)%2 == 1 {
+				s = replica
+			}
+			body := bodies[i%len(bodies)]
+			if i < len(bodies) {
+				wg.Go(func() { _, errs[i] = s.PutXorbStream(ctx, "models/acme/race", Prefix, h, bytes.NewReader(body), mem) })
+			} else {
+				wg.Go(func() { _, errs[i] = s.PutXorb(ctx, "models/acme/race", Prefix, h, body) })
+			}
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: upload %d (%v): %v", round, i, encodings[i%len(encodings)], err)
+			}
+		}
+		checkServable(t, db, st, h, chunks)
+	}
 }
