@@ -248,7 +248,8 @@ func TestGCOrphanIndexedDuringDeletion(t *testing.T) {
 
 // TestGCTempFiles: a local store's temporary file of an upload a crash interrupted, older than
 // the grace period, is reported by a dry run and removed by a real one; an upload in flight
-// keeps its file and still commits.
+// keeps its file and still commits, also one whose file is older than the grace period (a body
+// still arriving: docs/decisions.md, 2026-12-02 "A live write's temporary file is not garbage").
 func TestGCTempFiles(t *testing.T) {
 	b := orphanBackends()[0] // sqlite+local: the store with temporary files
 	ctx := t.Context()
@@ -265,14 +266,21 @@ func TestGCTempFiles(t *testing.T) {
 		return st
 	}
 	g := indextest.NewGen(11)
-	stage(objstore.XorbKey(g.Hash()), "crashed upload") // never committed nor closed
-	var stale string
+	// What a crash leaves: the file of an upload never committed, held by no process (the
+	// staged file linked to a name of its own, then the staged object closed).
+	crashed := stage(objstore.XorbKey(g.Hash()), "crashed upload")
+	var staged string
 	filepath.WalkDir(l.Root(), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
-			stale = p
+			staged = p
 		}
 		return nil
 	})
+	stale := filepath.Join(filepath.Dir(staged), ".put-crashed")
+	if err := os.Link(staged, stale); err != nil {
+		t.Fatal(err)
+	}
+	crashed.Close()
 	old := time.Now().Add(-2 * b.grace)
 	if err := os.Chtimes(stale, old, old); err != nil {
 		t.Fatal(err)
@@ -280,6 +288,27 @@ func TestGCTempFiles(t *testing.T) {
 	young := objstore.XorbKey(g.Hash())
 	inFlight := stage(young, "in flight")
 	defer inFlight.Close()
+	temps := func() map[string]bool {
+		out := map[string]bool{}
+		filepath.WalkDir(l.Root(), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				out[p] = true
+			}
+			return nil
+		})
+		return out
+	}
+	before := temps()
+	slowKey := objstore.XorbKey(g.Hash())
+	slow := stage(slowKey, "slow") // in flight for longer than the grace period
+	defer slow.Close()
+	for p := range temps() {
+		if !before[p] {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	rep, err := GC(ctx, ix, objs, GCOptions{Grace: b.grace, DryRun: true})
 	if err != nil {
@@ -301,10 +330,14 @@ func TestGCTempFiles(t *testing.T) {
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale temporary file after gc: %v, want removed", err)
 	}
-	if err := inFlight.Commit(ctx); err != nil {
-		t.Fatalf("the upload in flight after gc: %v", err)
+	for _, w := range []*objstore.Staged{inFlight, slow} {
+		if err := w.Commit(ctx); err != nil {
+			t.Fatalf("an upload in flight after gc: %v", err)
+		}
 	}
-	if _, err := objs.Stat(ctx, young); err != nil {
-		t.Errorf("committed after gc: %v", err)
+	for _, k := range []string{young, slowKey} {
+		if _, err := objs.Stat(ctx, k); err != nil {
+			t.Errorf("committed after gc: %v", err)
+		}
 	}
 }

@@ -57,7 +57,8 @@ func (o observedStager) Stage(ctx context.Context, key string) (*Staged, error) 
 }
 
 // Staged is an object being written: its bytes go to a temporary ".put-*" file in the key's
-// directory. Commit makes it durable and links it to the key (Create's contract: it never
+// directory, locked (lockTemp) and open until Close, so that no collector removes it meanwhile
+// (RemoveTemps). Commit makes it durable and links it to the key (Create's contract: it never
 // replaces an object); Close removes the temporary name, and with it everything of an object
 // that was not committed. A Staged is used by one goroutine.
 type Staged struct {
@@ -93,12 +94,29 @@ func (l *Local) stage(ctx context.Context, op, commitOp, key string) (*Staged, e
 	if err := l.ensureDir(filepath.Dir(p)); err != nil {
 		return nil, l.ioErr(op, key, err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
-	if err != nil {
-		return nil, l.ioErr(op, key, err)
+	// The file is locked for as long as the write lives (lockTemp): a collector never removes
+	// it, however long the body takes to arrive. One a collector took between its creation and
+	// the lock (it would have to be older than the collector's cutoff) is replaced.
+	for range maxTempTries {
+		f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+		if err != nil {
+			return nil, l.ioErr(op, key, err)
+		}
+		ok, err := lockTemp(f)
+		if err == nil && ok {
+			return &Staged{l: l, stageOp: op, op: commitOp, key: key, p: p, tmp: f.Name(), f: f}, nil
+		}
+		f.Close()
+		if err != nil {
+			os.Remove(f.Name())
+			return nil, l.ioErr(op, key, err)
+		}
 	}
-	return &Staged{l: l, stageOp: op, op: commitOp, key: key, p: p, tmp: f.Name(), f: f}, nil
+	return nil, fmt.Errorf("%s %s: %w: temporary files removed by a collector as soon as created", op, key, ErrUnavailable)
 }
+
+// maxTempTries bounds the temporary files stage creates for one object.
+const maxTempTries = 3
 
 // Write appends to the object. Errors wrap ErrUnavailable (the disk failed).
 func (s *Staged) Write(b []byte) (int, error) {
@@ -138,7 +156,7 @@ func (s *Staged) Commit(ctx context.Context) (err error) {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%s %s: %w", s.op, s.key, ErrExists)
 		}
-		return s.l.ioErr(s.op, s.key, err)
+		return s.tempErr(err)
 	}
 	// Visible now. As in replace: a failed directory sync is reported, the object stays.
 	if err := syncDir(filepath.Dir(s.p)); err != nil {
@@ -154,7 +172,7 @@ func (s *Staged) replace(ctx context.Context) error {
 		return err
 	}
 	if err := os.Rename(s.tmp, s.p); err != nil {
-		return s.l.ioErr(s.op, s.key, err)
+		return s.tempErr(err)
 	}
 	s.tmp = "" // the name is the key's now
 	// From here the object is visible. A failed directory sync is reported, but the object is
@@ -165,8 +183,19 @@ func (s *Staged) replace(ctx context.Context) error {
 	return nil
 }
 
+// tempErr reports a failed link or rename of the temporary file. Its name missing is not the
+// key missing (ErrNotFound, a 404 for the client): something removed the file of a write in
+// flight (an operator, or a collector where there is no flock, templock_other.go), and the write
+// may be retried: ErrUnavailable.
+func (s *Staged) tempErr(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s %s: %w: temporary file %s removed during the write: %w", s.op, s.key, ErrUnavailable, filepath.Base(s.tmp), err)
+	}
+	return s.l.ioErr(s.op, s.key, err)
+}
+
 // sync makes the written bytes durable (once) and is the last moment to give up with nothing
-// visible: it fails when ctx has ended.
+// visible: it fails when ctx has ended. The file stays open (and locked) until Close.
 func (s *Staged) sync(ctx context.Context) error {
 	if s.writeErr != nil {
 		return s.writeErr
@@ -174,16 +203,11 @@ func (s *Staged) sync(ctx context.Context) error {
 	if s.tmp == "" {
 		return fmt.Errorf("%s %s: commit after close", s.op, s.key)
 	}
+	if s.f == nil {
+		return fmt.Errorf("%s %s: commit after close", s.op, s.key)
+	}
 	if !s.synced {
-		if s.f == nil {
-			return fmt.Errorf("%s %s: commit after close", s.op, s.key)
-		}
 		if err := s.f.Sync(); err != nil {
-			return s.l.ioErr(s.op, s.key, err)
-		}
-		err := s.f.Close()
-		s.f = nil
-		if err != nil {
 			return s.l.ioErr(s.op, s.key, err)
 		}
 		s.synced = true
@@ -194,18 +218,19 @@ func (s *Staged) sync(ctx context.Context) error {
 	return nil
 }
 
-// Close removes the temporary name (a committed object stays under its key). It is safe to
-// call more than once.
+// Close removes the temporary name (a committed object stays under its key), then closes the
+// file, which drops its lock: a collector never finds the name of a live write unlocked. It is
+// safe to call more than once.
 func (s *Staged) Close() error {
+	var err error
+	if s.tmp != "" {
+		err = os.Remove(s.tmp)
+		s.tmp = ""
+	}
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
 	}
-	if s.tmp == "" {
-		return nil
-	}
-	err := os.Remove(s.tmp)
-	s.tmp = ""
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return s.l.ioErr(s.stageOp, s.key, err)
 	}
@@ -214,11 +239,11 @@ func (s *Staged) Close() error {
 
 // TempRemover is a store whose writes go through temporary files a crash can leave behind
 // (Local's ".put-*": a streamed upload's lives as long as its body takes to arrive). The garbage
-// collector's orphan pass removes those older than its cutoff, far beyond any write's life.
+// collector's orphan pass removes those older than its cutoff that no live write holds.
 type TempRemover interface {
 	// RemoveTemps removes (dry run: only counts) the temporary files last modified before
-	// before; it reports how many and their bytes. A file that vanishes meanwhile (its write
-	// finished) is not counted.
+	// before that no write in flight holds (Local: its flock, see Staged); it reports how many
+	// and their bytes. A file that vanishes meanwhile (its write finished) is not counted.
 	RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error)
 }
 
@@ -275,22 +300,65 @@ func (l *Local) TempFiles(ctx context.Context, fn func(path string, fi fs.FileIn
 	return err
 }
 
-// RemoveTemps implements TempRemover with TempFiles.
+// RemoveTemps implements TempRemover with TempFiles. Age alone does not make a file garbage:
+// a write in flight holds its file's flock (Staged) however long its body takes, and its file
+// is left alone; a crashed writer's lock went with its process. A file is removed only while
+// this call holds its lock, and only if its name still names the file locked.
 func (l *Local) RemoveTemps(ctx context.Context, before time.Time, dryRun bool) (files, bytes int64, err error) {
 	err = l.TempFiles(ctx, func(p string, fi fs.FileInfo) error {
 		if !fi.ModTime().Before(before) {
 			return nil
 		}
-		if !dryRun {
-			if err := os.Remove(p); errors.Is(err, fs.ErrNotExist) {
-				return nil
-			} else if err != nil {
-				return l.ioErr("remove temporary files under", l.root, err)
-			}
+		removed, err := removeUnlocked(p, dryRun)
+		if err != nil {
+			return l.ioErr("remove temporary files under", l.root, err)
 		}
-		files++
-		bytes += fi.Size()
+		if removed {
+			files++
+			bytes += fi.Size()
+		}
 		return nil
 	})
 	return files, bytes, err
+}
+
+// removeUnlocked removes the temporary file p (dry run: only checks) unless a write in flight
+// holds it; it reports whether p was garbage. A file gone meanwhile is not.
+func removeUnlocked(p string, dryRun bool) (bool, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close() // drops the lock, after the removal
+	if ok, err := tryLockTemp(f); err != nil || !ok {
+		return false, err
+	}
+	// Still the file locked? (Its writer may have closed it, and a new write reused the name,
+	// between the open and the lock.)
+	locked, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !os.SameFile(locked, now) {
+		return false, nil
+	}
+	if dryRun {
+		return true, nil
+	}
+	if err := os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return true, nil
 }

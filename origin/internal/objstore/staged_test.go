@@ -159,9 +159,10 @@ func createCalls(t *testing.T, reg *prometheus.Registry) uint64 {
 }
 
 // TestRemoveTemps: the temporary file of a write a crash interrupted (a staged object never
-// committed nor closed), older than the cutoff, is counted by a dry run and removed by a real
-// one, through the store's decorators; a younger one (a write in flight) and committed objects
-// stay, and the write in flight still commits.
+// committed nor closed, whose writer is gone), older than the cutoff, is counted by a dry run
+// and removed by a real one, through the store's decorators; a younger one, committed objects,
+// and a write in flight however old its file (it holds the file's lock) stay, and the writes in
+// flight still commit.
 func TestRemoveTemps(t *testing.T) {
 	ctx := context.Background()
 	l, err := objstore.NewLocal(t.TempDir())
@@ -194,17 +195,33 @@ func TestRemoveTemps(t *testing.T) {
 		}
 		return st
 	}
-	stage("xorbs/default/aa01", "interrupted write") // never committed nor closed: a crash
-	before := putFiles(t, l.Root())
-	if len(before) != 1 {
-		t.Fatalf("temporary files after one stage: %v", before)
-	}
 	old := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(before[0], old, old); err != nil {
+	// What a crashed writer leaves: its file, under a temporary name, held by no one (the
+	// file of a staged object, linked to a name of its own before the object is closed).
+	st := stage("xorbs/default/aa01", "interrupted write")
+	staged := putFiles(t, l.Root())
+	if len(staged) != 1 {
+		t.Fatalf("temporary files after one stage: %v", staged)
+	}
+	crashed := filepath.Join(filepath.Dir(staged[0]), ".put-crashed")
+	if err := os.Link(staged[0], crashed); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := os.Chtimes(crashed, old, old); err != nil {
 		t.Fatal(err)
 	}
 	inFlight := stage("xorbs/default/bb02", "in flight")
 	defer inFlight.Close()
+	stalled := stage("xorbs/default/dd04", "stalled") // a body that takes longer than any cutoff
+	defer stalled.Close()
+	for _, p := range putFiles(t, l.Root()) {
+		if p != crashed && strings.Contains(p, "_dd") {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if err := l.Put(ctx, "xorbs/default/cc03", strings.NewReader("stored"), 6); err != nil {
 		t.Fatal(err)
 	}
@@ -214,25 +231,78 @@ func TestRemoveTemps(t *testing.T) {
 	if err != nil || n != 1 || b != int64(len("interrupted write")) {
 		t.Fatalf("dry run: %d files, %d bytes, %v; want 1 file of %d bytes", n, b, err, len("interrupted write"))
 	}
-	if got := putFiles(t, l.Root()); len(got) != 2 {
-		t.Fatalf("after the dry run: %v, want both temporary files", got)
+	if got := putFiles(t, l.Root()); len(got) != 3 {
+		t.Fatalf("after the dry run: %v, want all three temporary files", got)
 	}
 	n, b, err = tr.RemoveTemps(ctx, cutoff, false)
 	if err != nil || n != 1 || b != int64(len("interrupted write")) {
 		t.Fatalf("real run: %d files, %d bytes, %v; want 1 file of %d bytes", n, b, err, len("interrupted write"))
 	}
-	if got := putFiles(t, l.Root()); len(got) != 1 || got[0] == before[0] {
-		t.Fatalf("after the real run: %v, want only the write in flight's", got)
+	if got := putFiles(t, l.Root()); len(got) != 2 || got[0] == crashed || got[1] == crashed {
+		t.Fatalf("after the real run: %v, want only the writes in flight's", got)
 	}
-	if err := inFlight.Commit(ctx); err != nil {
-		t.Fatalf("the write in flight after the sweep: %v", err)
+	if _, err := stalled.Write([]byte(" and more")); err != nil {
+		t.Fatal(err)
 	}
-	for _, k := range []string{"xorbs/default/bb02", "xorbs/default/cc03"} {
+	for _, w := range []*objstore.Staged{inFlight, stalled} {
+		if err := w.Commit(ctx); err != nil {
+			t.Fatalf("a write in flight after the sweep: %v", err)
+		}
+	}
+	for _, k := range []string{"xorbs/default/bb02", "xorbs/default/cc03", "xorbs/default/dd04"} {
 		if _, err := l.Stat(ctx, k); err != nil {
 			t.Errorf("%s after the sweep: %v", k, err)
 		}
 	}
 	if n, _, err := tr.RemoveTemps(ctx, cutoff, false); err != nil || n != 0 {
 		t.Errorf("second run: %d files, %v; want none", n, err)
+	}
+	// Closed, the committed writes leave no temporary file, and their objects stay.
+	inFlight.Close()
+	stalled.Close()
+	if got := putFiles(t, l.Root()); len(got) != 0 {
+		t.Errorf("after the writes closed: %v", got)
+	}
+	if rc, _, err := l.Get(ctx, "xorbs/default/dd04"); err != nil {
+		t.Error(err)
+	} else {
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(got) != "stalled and more" {
+			t.Errorf("stalled write stored %q", got)
+		}
+	}
+}
+
+// TestStagedTempRemoved: a write whose temporary file something removed behind its back (an
+// operator; a collector where there is no flock) fails with ErrUnavailable, for its client to
+// retry, and not with ErrNotFound (the origin's 404 for a missing object); nothing is stored.
+func TestStagedTempRemoved(t *testing.T) {
+	ctx := context.Background()
+	l, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Stage(ctx, "xorbs/default/ee05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Write([]byte("body")); err != nil {
+		t.Fatal(err)
+	}
+	tmp := putFiles(t, l.Root())
+	if len(tmp) != 1 {
+		t.Fatalf("temporary files: %v", tmp)
+	}
+	if err := os.Remove(tmp[0]); err != nil {
+		t.Fatal(err)
+	}
+	err = st.Commit(ctx)
+	if !errors.Is(err, objstore.ErrUnavailable) || errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("Commit after its temporary file was removed: %v; want ErrUnavailable, not ErrNotFound", err)
+	}
+	if _, err := l.Stat(ctx, "xorbs/default/ee05"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("Stat after the failed commit: %v; want ErrNotFound", err)
 	}
 }

@@ -1,0 +1,187 @@
+package server
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/ingest"
+	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
+	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
+)
+
+// The two interleavings below are the 404 once seen in TestGCRace (docs/decisions.md,
+// 2026-12-02 "A live write's temporary file is not garbage"): a collection with a short grace
+// period removed the temporary file of a xorb upload still in flight (its last write older than
+// the cutoff), and the upload's link of that file to the key then failed with "no such file",
+// which the local store reported as objstore.ErrNotFound and the server as 404 not_found. A
+// client does not retry a 404.
+
+const tempGrace = 30 * time.Millisecond // TestGCRace's
+
+// waitTemps waits (bounded) until e's local store holds n temporary files.
+func waitTemps(t *testing.T, e *env, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(localTempFiles(t, e)) != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("temporary files: %v, want %d", localTempFiles(t, e), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkStored fails unless xorb x is indexed and its object stored with the indexed size.
+func checkStored(t *testing.T, e *env, x *raceXorb) {
+	t.Helper()
+	ctx := context.Background()
+	size, err := e.idx.XorbSize(ctx, x.layout.Hash)
+	if err != nil {
+		t.Fatalf("index after the upload: %v", err)
+	}
+	got, err := e.objs.Stat(ctx, ingest.XorbKey(x.layout.Hash))
+	if err != nil || uint64(got) != size {
+		t.Fatalf("object after the upload: %d bytes, %v; the index says %d", got, err, size)
+	}
+}
+
+// TestXorbUploadTempCollectedMidBody: a collection runs while a streamed upload's body is
+// still arriving, its temporary file's last write older than the grace period. The upload is
+// stored and answered 200 (never 404), and the collection leaves the in-flight file alone.
+func TestXorbUploadTempCollectedMidBody(t *testing.T) {
+	e := newEnv(t, cachedStack(sqliteLocal()))
+	x := newRaceXorb(rand.New(rand.NewPCG(1, 2)))
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", e.ts.URL+"/v1/xorbs/default/"+x.layout.Hash.String(), pr)
+	req.Header.Set("Authorization", "Bearer "+e.token("models/t/mid", auth.Write))
+	req.ContentLength = int64(len(x.body))
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := e.ts.Client().Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{resp.StatusCode, string(b), err}
+	}()
+	cut := len(x.body) - 8 // the last chunk is not complete: nothing more reaches the file
+	if _, err := pw.Write(x.body[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	waitTemps(t, e, 1)
+	time.Sleep(4 * tempGrace) // the file's last write is now older than any cutoff below
+	rep, err := lifecycle.GC(t.Context(), e.idx, e.objs, lifecycle.GCOptions{Grace: tempGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pw.Write(x.body[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer to the upload")
+	}
+	if a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("upload whose temporary file met a collection: %d %s %v; want 200", a.status, a.body, a.err)
+	}
+	if rep.TempFiles != 0 {
+		t.Errorf("the collection removed %d temporary files, want 0 (the one there was in use)", rep.TempFiles)
+	}
+	checkStored(t, e, x)
+	waitTemps(t, e, 0)
+}
+
+// pausedIndex holds PutXorb of one xorb until released: the moment between an upload's object
+// write and its index row, where a collection may delete the object as an orphan.
+type pausedIndex struct {
+	index.Index
+	x       hash.Hash
+	reached chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (p *pausedIndex) Unwrap() index.Index { return p.Index }
+
+func (p *pausedIndex) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
+	if l.Hash == p.x {
+		p.once.Do(func() {
+			close(p.reached)
+			<-p.release
+		})
+	}
+	return p.Index.PutXorb(ctx, l, storedSize)
+}
+
+// TestXorbUploadOrphanedBeforeIndexed: an upload stored its object and, before its index row
+// is in, a collection deletes that object as an orphan (its last write older than the grace
+// period) and looks at the upload's temporary file. The upload puts its bytes back
+// (ingest's ensureStored) and answers 200 (never 404), and the object is there, as indexed.
+// On every backend: the local disk keeps the bytes in the upload's temporary file, S3 in its
+// spool.
+func TestXorbUploadOrphanedBeforeIndexed(t *testing.T) {
+	for _, b := range backends(t) {
+		b := cachedStack(b)
+		t.Run(b.name, func(t *testing.T) {
+			idx, objs := b.open(t)
+			x := newRaceXorb(rand.New(rand.NewPCG(3, 4)))
+			p := &pausedIndex{Index: idx, x: x.layout.Hash, reached: make(chan struct{}), release: make(chan struct{})}
+			e := newEnvWith(t, p, objs)
+			released := false
+			defer func() {
+				if !released {
+					close(p.release)
+				}
+			}()
+			done := make(chan *http.Response, 1)
+			go func() {
+				done <- e.do("POST", "/v1/xorbs/default/"+x.layout.Hash.String(), e.token("models/t/orphan", auth.Write), x.body)
+			}()
+			select {
+			case <-p.reached:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the upload never reached its index write")
+			}
+			if !e.stored(ingest.XorbKey(x.layout.Hash)) {
+				t.Fatal("no object before the index write")
+			}
+			time.Sleep(4 * tempGrace)
+			rep, err := lifecycle.GC(t.Context(), idx, objs, lifecycle.GCOptions{Grace: tempGrace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Orphans != 1 || e.stored(ingest.XorbKey(x.layout.Hash)) {
+				t.Fatalf("the collection deleted %d orphans (object still there: %v); the interleaving needs the upload's",
+					rep.Orphans, e.stored(ingest.XorbKey(x.layout.Hash)))
+			}
+			released = true
+			close(p.release)
+			var resp *http.Response
+			select {
+			case resp = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no answer to the upload")
+			}
+			if body := read(t, resp); resp.StatusCode != http.StatusOK {
+				t.Fatalf("upload whose object was collected before its index row: %d %s; want 200", resp.StatusCode, body)
+			}
+			checkStored(t, e, x)
+		})
+	}
+}
