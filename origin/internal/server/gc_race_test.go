@@ -75,8 +75,9 @@ func raceFile(xs []*raceXorb) (hash.Hash, []byte, []byte) {
 // collection, every acknowledged upload not deleted downloads byte-exact with the Go client
 // (which verifies every chunk and the file hash). A shard refused because a xorb it relied on
 // was collected meanwhile (400 missing_xorb) or a xorb put refused during its deletion (503) is
-// retried, uploading the bytes, as a client would. Short by default; XETCDN_GC_RACE_VERSIONS
-// sets the versions per uploader for a long run.
+// retried, uploading the bytes, as a client would. No collection may take the temporary file
+// of an upload in flight (the 404 this test once saw; gc_temp_test.go). Short by default;
+// XETCDN_GC_RACE_VERSIONS sets the versions per uploader for a long run.
 func TestGCRace(t *testing.T) {
 	versions := 12
 	if v, err := strconv.Atoi(os.Getenv("XETCDN_GC_RACE_VERSIONS")); err == nil && v > 0 {
@@ -229,7 +230,7 @@ func testGCRace(t *testing.T, b backend, versions int) {
 		}
 		return nil
 	}
-	var swept, shardsSwept, reclaimed int64
+	var swept, shardsSwept, reclaimed, temps int64
 	for running := true; running; {
 		select {
 		case <-done:
@@ -244,6 +245,7 @@ func testGCRace(t *testing.T, b backend, versions int) {
 		swept += rep.Swept
 		shardsSwept += rep.ShardsSwept
 		reclaimed += int64(rep.BytesReclaimed)
+		temps += rep.TempFiles
 		if err := verify(); err != nil {
 			cancel()
 			t.Fatalf("after gc cycle %d: %v", cycles.Load(), err)
@@ -267,6 +269,11 @@ func testGCRace(t *testing.T, b backend, versions int) {
 	}
 	if swept == 0 {
 		t.Error("no collection swept anything: the race was not exercised")
+	}
+	// No upload here crashes: every temporary file a collection found was a live upload's
+	// (docs/decisions.md, 2026-12-02 "A live write's temporary file is not garbage").
+	if temps != 0 {
+		t.Errorf("collections removed %d temporary files of uploads in flight", temps)
 	}
 	t.Logf("%d uploads acknowledged (%d retried attempts), %d gc cycles, %d xorbs and %d shards swept, %d bytes reclaimed, %d files visible at the end",
 		acked.Load(), retries.Load(), cycles.Load(), swept, shardsSwept, reclaimed, len(visible))
