@@ -200,10 +200,7 @@ func (s *Staged) sync(ctx context.Context) error {
 	if s.writeErr != nil {
 		return s.writeErr
 	}
-	if s.tmp == "" {
-		return fmt.Errorf("%s %s: commit after close", s.op, s.key)
-	}
-	if s.f == nil {
+	if s.tmp == "" || s.f == nil {
 		return fmt.Errorf("%s %s: commit after close", s.op, s.key)
 	}
 	if !s.synced {
