@@ -171,14 +171,23 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 // streamed upload.
 func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, size uint64, created error, rewrite func() error) (bool, error) {
 	err := created
-	own := err == nil // this upload wrote the object the row will describe
 	if errors.Is(err, objstore.ErrExists) {
 		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
-		// otherwise index what they stored, whoever commits the row first.
+		// otherwise index what they stored, whoever commits the row first. The row then
+		// describes the bytes read back, which are what is put back should the object go.
 		if indexed, err := s.indexed(ctx, h); err != nil || indexed {
 			return false, err
 		}
-		l, size, err = s.storedLayout(ctx, h)
+		var stored []byte
+		l, stored, err = s.storedLayout(ctx, h)
+		size = uint64(len(stored))
+		rewrite = func() error {
+			err := s.objs.Create(ctx, XorbKey(h), bytes.NewReader(stored), int64(len(stored)))
+			if errors.Is(err, objstore.ErrExists) {
+				return nil
+			}
+			return err
+		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
@@ -188,7 +197,7 @@ func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, 
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
 	if ins {
-		if err := s.ensureStored(ctx, h, own, rewrite); err != nil { // lifecycle.go
+		if err := s.ensureStored(ctx, h, rewrite); err != nil { // lifecycle.go
 			return false, err
 		}
 	}
@@ -214,40 +223,41 @@ func (s *Service) indexed(ctx context.Context, h hash.Hash) (bool, error) {
 	return false, fmt.Errorf("xorb %s: %w", h, err)
 }
 
-// storedLayout reads the object stored under XorbKey(h) and returns its layout and size after
-// validating it as PutXorb validates an upload (every chunk decompressed and hashed, the hash
-// compared with h) and checking that it ends with the footer every stored xorb has. It holds
-// the object in memory while it works: at most MaxXorbBody bytes, and only for an upload that
-// lost a race or met an orphan. A missing object (removed since Create found it) is
-// objstore.ErrUnavailable, for the client to retry; an invalid one is ErrStoredCorrupt (wrapping
-// no xorb sentinel: the client's body was fine, so the answer must not be a 400).
-func (s *Service) storedLayout(ctx context.Context, h hash.Hash) (*xorb.Layout, uint64, error) {
+// storedLayout reads the object stored under XorbKey(h) and returns its layout and its bytes
+// after validating it as PutXorb validates an upload (every chunk decompressed and hashed, the
+// hash compared with h) and checking that it ends with the footer every stored xorb has. It
+// holds the object in memory: at most MaxXorbBody bytes, and only for an upload that lost a
+// race or met an orphan, until that upload's row is in and its object checked (ensureStored). A
+// missing object (removed since Create found it) is objstore.ErrUnavailable, for the client to
+// retry; an invalid one is ErrStoredCorrupt (wrapping no xorb sentinel: the client's body was
+// fine, so the answer must not be a 400).
+func (s *Service) storedLayout(ctx context.Context, h hash.Hash) (*xorb.Layout, []byte, error) {
 	key := XorbKey(h)
 	rc, size, err := s.objs.Get(ctx, key)
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, 0, fmt.Errorf("%w: %s exists and is gone: %w", objstore.ErrUnavailable, key, err)
+		return nil, nil, fmt.Errorf("%w: %s exists and is gone: %w", objstore.ErrUnavailable, key, err)
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer rc.Close()
 	if size <= 0 || size > MaxXorbBody {
-		return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrStoredCorrupt, key, size)
+		return nil, nil, fmt.Errorf("%w: %s is %d bytes", ErrStoredCorrupt, key, size)
 	}
 	obj := make([]byte, size)
 	if _, err := io.ReadFull(rc, obj); err != nil {
-		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+		return nil, nil, fmt.Errorf("read %s: %w", key, err)
 	}
 	start := time.Now()
 	l, area, err := xorb.Validate(obj, xorb.ValidateOptions{Expect: &h, Workers: s.workers})
 	s.validation.WithLabelValues("xorb").Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %s: %v", ErrStoredCorrupt, key, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrStoredCorrupt, key, err)
 	}
 	if area == len(obj) {
-		return nil, 0, fmt.Errorf("%w: %s has no footer", ErrStoredCorrupt, key)
+		return nil, nil, fmt.Errorf("%w: %s has no footer", ErrStoredCorrupt, key)
 	}
-	return l, uint64(size), nil
+	return l, obj, nil
 }
 
 func (s *Service) count(c *prometheus.CounterVec, inserted bool, err error) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math/rand/v2"
@@ -180,6 +181,75 @@ func TestXorbUploadOrphanedBeforeIndexed(t *testing.T) {
 			}
 			if body := read(t, resp); resp.StatusCode != http.StatusOK {
 				t.Fatalf("upload whose object was collected before its index row: %d %s; want 200", resp.StatusCode, body)
+			}
+			checkStored(t, e, x)
+		})
+	}
+}
+
+// TestXorbUploadOrphanReadBack: an upload finds an orphan under its xorb's key (an object with
+// no index row: here the one an earlier attempt stored before the index refused it), reads it
+// back to index it, and before its row is in a collection deletes that orphan. The row the
+// upload then inserts describes bytes it read; it must put those back. Before, it answered 503
+// and left the row without its object: the client's retry found the xorb indexed and was
+// acknowledged, and every file referencing the xorb would fail to download. Asked as a client
+// asks (503 retried), the upload must end acknowledged with its object stored.
+func TestXorbUploadOrphanReadBack(t *testing.T) {
+	for _, b := range backends(t) {
+		b := cachedStack(b)
+		t.Run(b.name, func(t *testing.T) {
+			idx, objs := b.open(t)
+			x := newRaceXorb(rand.New(rand.NewPCG(5, 6)))
+			l, area, err := xorb.Validate(x.body, xorb.ValidateOptions{Expect: &x.layout.Hash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj := append(bytes.Clone(x.body[:area]), xorb.AppendFooter(nil, l, 0)...)
+			key := ingest.XorbKey(x.layout.Hash)
+			if err := objs.Create(t.Context(), key, bytes.NewReader(obj), int64(len(obj))); err != nil {
+				t.Fatal(err)
+			}
+			// Old enough for the collection below (object stores' times may have 1 s steps).
+			time.Sleep(1100 * time.Millisecond)
+			p := &pausedIndex{Index: idx, x: x.layout.Hash, reached: make(chan struct{}), release: make(chan struct{})}
+			e := newEnvWith(t, p, objs)
+			released := false
+			defer func() {
+				if !released {
+					close(p.release)
+				}
+			}()
+			tok := e.token("models/t/readback", auth.Write)
+			path := "/v1/xorbs/default/" + x.layout.Hash.String()
+			done := make(chan *http.Response, 1)
+			go func() { done <- e.do("POST", path, tok, x.body) }()
+			select {
+			case <-p.reached:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the upload never reached its index write")
+			}
+			rep, err := lifecycle.GC(t.Context(), idx, objs, lifecycle.GCOptions{Grace: tempGrace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Orphans != 1 || e.stored(key) {
+				t.Fatalf("the collection deleted %d orphans (object still there: %v); the interleaving needs the one under the upload's key",
+					rep.Orphans, e.stored(key))
+			}
+			released = true
+			close(p.release)
+			var resp *http.Response
+			select {
+			case resp = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no answer to the upload")
+			}
+			for attempt := 0; resp.StatusCode == http.StatusServiceUnavailable && attempt < 3; attempt++ {
+				read(t, resp)
+				resp = e.do("POST", path, tok, x.body)
+			}
+			if body := read(t, resp); resp.StatusCode != http.StatusOK {
+				t.Fatalf("upload: %d %s; want 200", resp.StatusCode, body)
 			}
 			checkStored(t, e, x)
 		})
