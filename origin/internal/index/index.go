@@ -289,13 +289,31 @@ func (b *Batch) AddInherited(inherited []hash.Hash) {
 	if len(inherited) == 0 || b.InheritMax <= 0 {
 		return
 	}
-	seen := make(map[hash.Hash]bool, len(b.Xorbs)/hash.Size+b.InheritMax)
+	most := min(len(inherited), b.InheritMax)
+	b.Xorbs = slices.Grow(b.Xorbs, most*hash.Size)
+	held := len(b.Xorbs)/hash.Size + most
+	if held*most <= linearInherit {
+		// A few dozen xorbs (a registration's usual share): comparing them costs less than
+		// a map sized for them (allocations the collector pays for again, per registration).
+		added := 0
+		for _, x := range inherited {
+			if added == most {
+				return
+			}
+			if !containsHash(b.Xorbs, x) {
+				b.Xorbs = append(b.Xorbs, x[:]...)
+				added++
+			}
+		}
+		return
+	}
+	seen := make(map[hash.Hash]bool, held)
 	for i := 0; i+hash.Size <= len(b.Xorbs); i += hash.Size {
 		seen[hash.Hash(b.Xorbs[i:i+hash.Size])] = true
 	}
 	added := 0
 	for _, x := range inherited {
-		if added == b.InheritMax {
+		if added == most {
 			return
 		}
 		if !seen[x] {
@@ -304,6 +322,19 @@ func (b *Batch) AddInherited(inherited []hash.Hash) {
 			added++
 		}
 	}
+}
+
+// linearInherit bounds the comparisons AddInherited makes without a map (held xorbs × added).
+const linearInherit = 2048
+
+// containsHash reports whether the concatenated hashes of joined include h.
+func containsHash(joined []byte, h hash.Hash) bool {
+	for i := 0; i+hash.Size <= len(joined); i += hash.Size {
+		if hash.Hash(joined[i:i+hash.Size]) == h {
+			return true
+		}
+	}
+	return false
 }
 
 // NewBatch validates r and brings it into Batch form. When r lists a file twice, the first
