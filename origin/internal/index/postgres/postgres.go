@@ -810,7 +810,9 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
+	args := []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
+	args[0] = sizedArray{sh, paramsSize(args)}
+	return args
 }
 
 // File implements index.Index.
