@@ -67,6 +67,7 @@ package index
 
 import (
 	"bytes"
+	"encoding/binary"
 	"context"
 	"errors"
 	"fmt"
@@ -410,8 +411,24 @@ func CheckScope(scope string) error {
 // SortedUnique returns a sorted copy of hs without duplicates.
 func SortedUnique(hs []hash.Hash) []hash.Hash {
 	out := slices.Clone(hs)
-	slices.SortFunc(out, func(a, b hash.Hash) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(out, CompareHashes)
 	return slices.Compact(out)
+}
+
+// CompareHashes orders hashes as bytes.Compare orders their bytes, eight bytes at a time (a
+// registration sorts a few hundred hashes several times; bytes.Compare's call per pair was
+// most of it).
+func CompareHashes(a, b hash.Hash) int {
+	for i := 0; i < hash.Size; i += 8 {
+		x, y := binary.BigEndian.Uint64(a[i:]), binary.BigEndian.Uint64(b[i:])
+		if x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
 }
 
 // JoinHashes concatenates the raw bytes of hs; nil for an empty list.

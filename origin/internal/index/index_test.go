@@ -220,3 +220,25 @@ func TestAddInheritedAllocs(t *testing.T) {
 		t.Errorf("AddInherited allocates %.0f times per call after the first, want 0", n)
 	}
 }
+
+// TestCompareHashes: CompareHashes orders as bytes.Compare does, hashes differing in any byte
+// (first, last, inside a word, across words) and equal ones included.
+func TestCompareHashes(t *testing.T) {
+	g := indextest.NewGen(9)
+	base := g.Hash()
+	hs := []hash.Hash{base, g.Hash(), g.Hash(), hash.Zero}
+	for _, i := range []int{0, 7, 8, 15, 16, 23, 24, 31} {
+		for _, d := range []byte{1, 0x80, 0xff} {
+			h := base
+			h[i] += d
+			hs = append(hs, h)
+		}
+	}
+	for _, a := range hs {
+		for _, b := range hs {
+			if got, want := index.CompareHashes(a, b), bytes.Compare(a[:], b[:]); got != want {
+				t.Fatalf("CompareHashes(%s, %s) = %d, bytes.Compare = %d", a, b, got, want)
+			}
+		}
+	}
+}

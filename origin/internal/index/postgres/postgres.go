@@ -19,7 +19,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -777,9 +776,9 @@ func registerArgs(ops []*regOp) []any {
 		}
 	}
 	// The statement sorts too; sorting here keeps the arrays canonical for any plan.
-	slices.SortFunc(shards, func(a, b *index.Batch) int { return bytes.Compare(a.Shard[:], b.Shard[:]) })
-	slices.SortFunc(files, func(a, b file) int { return bytes.Compare(a.h[:], b.h[:]) })
-	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
+	slices.SortFunc(shards, func(a, b *index.Batch) int { return index.CompareHashes(a.Shard, b.Shard) })
+	slices.SortFunc(files, func(a, b file) int { return index.CompareHashes(a.h, b.h) })
+	slices.SortFunc(chunks, func(a, b chunk) int { return index.CompareHashes(a.c, b.c) })
 
 	// The arrays' types encode without per-element reflection (arrays.go).
 	sh, sc, sx := make(byteaArray, len(shards)), make(textArray, len(shards)), make(byteaArray, len(shards))
