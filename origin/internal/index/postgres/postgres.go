@@ -738,15 +738,21 @@ func registerArgs(ops []*regOp) []any {
 		h     hash.Hash
 	}
 	type chunk struct{ c, shard hash.Hash }
+	nf, nc := 0, 0
+	for _, op := range ops {
+		nf, nc = nf+len(op.b.FileHashes), nc+len(op.b.Dedup)
+	}
+	// Sized for the batch at once: grown step by step, the maps and lists allocated about
+	// twice what they end up holding, per batch.
 	var (
 		shards = make([]*index.Batch, 0, len(ops))
-		files  []file
-		viss   []vis
-		chunks []chunk
+		files  = make([]file, 0, nf)
+		viss   = make([]vis, 0, nf)
+		chunks = make([]chunk, 0, nc)
 		seenS  = make(map[hash.Hash]bool, len(ops))
-		seenF  = make(map[hash.Hash]bool)
-		seenV  = make(map[vis]bool)
-		seenC  = make(map[hash.Hash]int) // chunk → its index in chunks
+		seenF  = make(map[hash.Hash]bool, nf)
+		seenV  = make(map[vis]bool, nf)
+		seenC  = make(map[hash.Hash]int, nc) // chunk → its index in chunks
 	)
 	for _, op := range ops {
 		b := op.b
@@ -785,17 +791,21 @@ func registerArgs(ops []*regOp) []any {
 	sb := make(byteaArray, len(shards))  // nil elements are NULL: no inline body
 	sf := make(byteaArray, len(shards))  // the shard's files (index.ShardEntry.Files)
 	scs := make(byteaArray, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
+	joined := make([]byte, 0, (nf+nc)*hash.Size) // every shard's files and chunks, one allocation
+	join := func(hs []hash.Hash) []byte {
+		start := len(joined)
+		for i := range hs {
+			joined = append(joined, hs[i][:]...)
+		}
+		return joined[start:len(joined):len(joined)] // empty, not nil: no list is NULL
+	}
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
 			sx[i] = []byte{}
 		}
-		if sf[i] = index.JoinHashes(b.FileHashes); sf[i] == nil {
-			sf[i] = []byte{}
-		}
-		if scs[i] = index.JoinHashes(b.Dedup); scs[i] == nil { // Batch.Dedup: sorted, unique
-			scs[i] = []byte{}
-		}
+		sf[i] = join(b.FileHashes)
+		scs[i] = join(b.Dedup) // Batch.Dedup: sorted, unique
 	}
 	fh, fr := make(byteaArray, len(files)), make(byteaArray, len(files))
 	for i := range files {
