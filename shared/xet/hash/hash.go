@@ -14,8 +14,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/zeebo/blake3"
 
@@ -57,13 +59,19 @@ func (h Hash) String() string {
 func (h Hash) AppendString(dst []byte) []byte { return h.appendString(dst) }
 
 func (h Hash) appendString(dst []byte) []byte {
+	// Written in place, not appended digit by digit: the merkle aggregation formats every
+	// node's children this way, and 64 appends with their capacity checks were most of it.
+	dst = slices.Grow(dst, 2*Size)
+	n := len(dst)
+	out := dst[n : n+2*Size]
 	for w := 0; w < 4; w++ {
-		for i := 7; i >= 0; i-- {
-			b := h[8*w+i]
-			dst = append(dst, hexDigits[b>>4], hexDigits[b&0x0f])
+		for i := 0; i < 8; i++ {
+			b := h[8*w+7-i]
+			out[16*w+2*i] = hexDigits[b>>4]
+			out[16*w+2*i+1] = hexDigits[b&0x0f]
 		}
 	}
-	return dst
+	return dst[:n+2*Size]
 }
 
 // MarshalText implements encoding.TextMarshaler with the protocol's string form.
@@ -220,15 +228,14 @@ func (k *KeyedHasher) Sum(msg []byte) Hash {
 	return out
 }
 
-// SumHashes returns Keyed(key, concatenation of the raw hashes) without building the concatenation.
+// SumHashes returns Keyed(key, concatenation of the raw hashes) without building the
+// concatenation: a []Hash is that concatenation in memory, hashed as one message (one write
+// instead of one per hash, and the long-message kernel from blake3x.MinLen).
 func (k *KeyedHasher) SumHashes(hs []Hash) Hash {
-	k.h.Reset()
-	for i := range hs {
-		_, _ = k.h.Write(hs[i][:])
+	if len(hs) == 0 {
+		return k.Sum(nil)
 	}
-	var out Hash
-	k.h.Sum(out[:0])
-	return out
+	return k.Sum(unsafe.Slice(&hs[0][0], len(hs)*Size))
 }
 
 // Chunker hashes many chunks with one keyed hasher; see KeyedHasher.

@@ -94,3 +94,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendString: AppendString appends the string form after what dst holds, whatever its
+// capacity, and leaves dst's bytes alone.
+func TestAppendString(t *testing.T) {
+	h, err := Parse("0123456789abcdeffedcba98765432100011223344556677889900aabbccddee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range [][]byte{nil, []byte("x: "), make([]byte, 3, 200)} {
+		prefix := string(dst)
+		got := string(h.AppendString(dst))
+		if got != prefix+h.String() || h.String() != "0123456789abcdeffedcba98765432100011223344556677889900aabbccddee" {
+			t.Errorf("AppendString(%q) = %q", prefix, got)
+		}
+	}
+}
