@@ -279,6 +279,14 @@ func Merkle(leaves []Leaf) Hash {
 	}
 	level := make([]Leaf, len(leaves))
 	copy(level, leaves)
+	return merkleInPlace(level)
+}
+
+// merkleInPlace is Merkle over level, which it overwrites with the inner levels.
+func merkleInPlace(level []Leaf) Hash {
+	if len(level) < 2 {
+		return Merkle(level)
+	}
 	buf := make([]byte, 0, 9*(2*Size+24))
 	// One pooled keyed hasher for every node: a fresh one costs a key schedule and an allocation.
 	node := nodePool.Get().(*KeyedHasher)
@@ -328,7 +336,20 @@ func FileWithSalt(chunks []Leaf, salt Hash) Hash {
 	if len(chunks) == 0 {
 		return Zero
 	}
-	root := Merkle(chunks)
+	return fileOfRoot(Merkle(chunks), salt)
+}
+
+// FileInPlace is File for a caller that no longer needs chunks: it computes the merkle levels
+// in chunks' own memory (no copy of them; a shard check hashes files of thousands of chunks)
+// and leaves its contents undefined.
+func FileInPlace(chunks []Leaf) Hash {
+	if len(chunks) == 0 {
+		return Zero
+	}
+	return fileOfRoot(merkleInPlace(chunks), Zero)
+}
+
+func fileOfRoot(root, salt Hash) Hash {
 	if salt != Zero {
 		return Keyed(salt, root[:])
 	}
