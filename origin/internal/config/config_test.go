@@ -192,8 +192,8 @@ func TestGCPercentAndMemoryLimit(t *testing.T) {
 	for js, want := range map[string]int64{
 		`{}`: 256<<20 + 512<<20 + WorkingSetBytes,
 		`{"index": {"layout_cache": 0}, "limits": {"ingest_memory": 268435456}}`: 256<<20 + WorkingSetBytes,
-		`{"limits": {"memory_limit": -1}}`:         -1,
-		`{"limits": {"memory_limit": 4294967296}}`: 4 << 30,
+		`{"limits": {"memory_limit": -1}}`:                                       -1,
+		`{"limits": {"memory_limit": 4294967296}}`:                               4 << 30,
 	} {
 		if c, err := load(js); err != nil || c.MemoryLimit() != want {
 			t.Errorf("%s: %v, want memory limit %d", js, err, want)
