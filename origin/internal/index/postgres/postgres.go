@@ -788,10 +788,11 @@ func registerArgs(ops []*regOp) []any {
 
 	// The arrays' types encode without per-element reflection (arrays.go).
 	sh, sc, sx := make(byteaArray, len(shards)), make(textArray, len(shards)), make(byteaArray, len(shards))
-	sb := make(byteaArray, len(shards))          // nil elements are NULL: no inline body
-	sf := make(byteaArray, len(shards))          // the shard's files (index.ShardEntry.Files)
-	scs := make(byteaArray, len(shards))         // the chunks of its dedup entries, sorted (qRegister)
-	joined := make([]byte, 0, (nf+nc)*hash.Size) // every shard's files and chunks, one allocation
+	sb := make(byteaArray, len(shards))  // nil elements are NULL: no inline body
+	sf := make(byteaArray, len(shards))  // the shard's files (index.ShardEntry.Files)
+	scs := make(byteaArray, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
+	// Every shard's files and chunks, one allocation.
+	joined := make([]byte, 0, (nf+nc)*hash.Size)
 	join := func(hs []hash.Hash) []byte {
 		start := len(joined)
 		for i := range hs {
