@@ -59,19 +59,30 @@ func (h Hash) String() string {
 func (h Hash) AppendString(dst []byte) []byte { return h.appendString(dst) }
 
 func (h Hash) appendString(dst []byte) []byte {
-	// Written in place, not appended digit by digit: the merkle aggregation formats every
-	// node's children this way, and 64 appends with their capacity checks were most of it.
+	// Written eight digits at a time, not appended digit by digit: the merkle aggregation
+	// formats every node's children this way, and the appends were most of it. Each word is
+	// printed most significant digit first (the protocol's byte order, docs/protocol.md §5.1).
 	dst = slices.Grow(dst, 2*Size)
 	n := len(dst)
 	out := dst[n : n+2*Size]
 	for w := 0; w < 4; w++ {
-		for i := 0; i < 8; i++ {
-			b := h[8*w+7-i]
-			out[16*w+2*i] = hexDigits[b>>4]
-			out[16*w+2*i+1] = hexDigits[b&0x0f]
-		}
+		v := binary.LittleEndian.Uint64(h[8*w:])
+		binary.BigEndian.PutUint64(out[16*w:], hex8(uint32(v>>32)))
+		binary.BigEndian.PutUint64(out[16*w+8:], hex8(uint32(v)))
 	}
 	return dst[:n+2*Size]
+}
+
+// hex8 returns the eight lowercase hex digits of v, most significant first, as the bytes of a
+// big-endian word: each nibble spread into its own byte, then '0' added, and 'a'-'0'-10 more
+// where the nibble is 10 or above.
+func hex8(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff
+	x = (x | x<<4) & 0x0f0f0f0f0f0f0f0f
+	letters := ((x + 0x0606060606060606) >> 4) & 0x0101010101010101
+	return x + 0x3030303030303030 + letters*('a'-'0'-10)
 }
 
 // MarshalText implements encoding.TextMarshaler with the protocol's string form.
