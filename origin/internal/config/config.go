@@ -197,7 +197,8 @@ type Limits struct {
 // memory budget (tens of MB while registering shards against the 1.25 GiB budget of the
 // defaults), and at Go's 100 % it collected every ~15 MB allocated: ~10 % of its CPU while
 // registering shards. 400 collects about a quarter as often; the memory limit still caps the
-// heap (docs/origin.md "Memory"; docs/decisions.md 2026-12-02 "The origin's allocations").
+// heap (docs/origin.md "Memory"; docs/decisions.md 2026-12-02 "Shard registration: the origin's
+// allocations").
 const DefaultGCPercent = 400
 
 // GCPercent is the collector setting to apply: 0 means leave the runtime's own.

@@ -61,7 +61,7 @@ func (h Hash) AppendString(dst []byte) []byte { return h.appendString(dst) }
 func (h Hash) appendString(dst []byte) []byte {
 	// Written eight digits at a time, not appended digit by digit: the merkle aggregation
 	// formats every node's children this way, and the appends were most of it. Each word is
-	// printed most significant digit first (the protocol's byte order, docs/protocol.md §5.1).
+	// printed most significant digit first (the string form, docs/protocol.md §1).
 	dst = slices.Grow(dst, 2*Size)
 	n := len(dst)
 	out := dst[n : n+2*Size]
