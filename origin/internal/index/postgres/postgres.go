@@ -912,7 +912,14 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 // offeredBy is what the entries of chunks offer (offers, from queueDedupEntries), in the order of
 // chunks, without the condemned and swept xorbs (gone, from collectedOf).
 func offeredBy(chunks []hash.Hash, offers map[hash.Hash][]hash.Hash, gone map[hash.Hash]bool) []hash.Hash {
-	var out []hash.Hash
+	n := 0
+	for _, c := range chunks {
+		n += len(offers[c])
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]hash.Hash, 0, n)
 	for _, c := range chunks {
 		for _, x := range offers[c] {
 			if !gone[x] {
@@ -993,14 +1000,23 @@ type querier interface {
 // collectedOf returns which of the xorbs offers offer are condemned or swept: one round trip,
 // none when they offer nothing.
 func collectedOf(ctx context.Context, q querier, offers map[hash.Hash][]hash.Hash) (map[hash.Hash]bool, error) {
+	// The entries of a batch offer mostly the same xorbs: collected once each, not all of
+	// every list (thousands of hashes per batch) cloned and sorted.
 	var all []hash.Hash
+	seen := make(map[hash.Hash]struct{})
 	for _, xs := range offers {
-		all = append(all, xs...)
+		for _, x := range xs {
+			if _, dup := seen[x]; !dup {
+				seen[x] = struct{}{}
+				all = append(all, x)
+			}
+		}
 	}
 	if len(all) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
+	slices.SortFunc(all, index.CompareHashes)
+	rows, err := q.Query(ctx, qCollectedOf, hashArgs(all))
 	if err != nil {
 		return nil, err
 	}
