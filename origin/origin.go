@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	}
 	if cfg.DevNoAuth {
 		log.Warn("authentication is DISABLED (--dev-no-auth): anyone can read and write")
+	}
+	if limit := cfg.MemoryLimit(); limit > 0 {
+		debug.SetMemoryLimit(limit) // docs/origin.md "Memory"
+		log.Info("memory limit set", "bytes", limit)
+	}
+	if p := cfg.GCPercent(); p > 0 {
+		debug.SetGCPercent(p) // docs/origin.md "Memory"
+		log.Info("collector target set", "gc_percent", p)
 	}
 	k, err := loadKeys(cfg, log)
 	if err != nil {

@@ -24,25 +24,48 @@ type termIndex struct {
 // indexTerms builds the index of terms (used for records assembled without NewFileRecord or
 // UnmarshalFileRecord, and by NewFileRecord).
 func indexTerms(terms []Term) *termIndex {
-	ix := &termIndex{xorb: make([]int32, len(terms))}
-	seen := make(map[hash.Hash]int32, min(len(terms), 1024))
+	ix := &termIndex{xorb: make([]int32, len(terms)), xorbs: make([]hash.Hash, 0, min(len(terms), linearXorbs))}
+	// The distinct xorbs are searched in place while there are few (most files: a shard
+	// check builds a record per file, and a map per record was most of its cost), through a
+	// map from linearXorbs on.
+	var seen map[hash.Hash]int32
 	for i := range terms {
 		h := &terms[i].Xorb
 		if i > 0 && *h == terms[i-1].Xorb {
 			ix.xorb[i] = ix.xorb[i-1]
 			continue
 		}
-		x, ok := seen[*h]
+		x, ok := int32(0), false
+		if seen != nil {
+			x, ok = seen[*h]
+		} else {
+			for j := range ix.xorbs {
+				if ix.xorbs[j] == *h {
+					x, ok = int32(j), true
+					break
+				}
+			}
+		}
 		if !ok {
 			x = int32(len(ix.xorbs))
-			seen[*h] = x
 			ix.xorbs = append(ix.xorbs, *h)
+			if seen != nil {
+				seen[*h] = x
+			} else if len(ix.xorbs) > linearXorbs {
+				seen = make(map[hash.Hash]int32, min(len(terms), 1024))
+				for j := range ix.xorbs {
+					seen[ix.xorbs[j]] = int32(j)
+				}
+			}
 		}
 		ix.xorb[i] = x
 	}
 	ix.sample(terms)
 	return ix
 }
+
+// linearXorbs is how many distinct xorbs indexTerms searches without a map.
+const linearXorbs = 16
 
 // sample fills ix.first and ix.ends from terms.
 func (ix *termIndex) sample(terms []Term) {

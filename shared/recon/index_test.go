@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -184,6 +185,49 @@ func TestTermIndexFind(t *testing.T) {
 					t.Fatalf("n %d off %d strict %v: find = %d %d %v, want %d %d %v", n, off, strict, i, pos, ok, wi, wpos, wok)
 				}
 			}
+		}
+	}
+}
+
+// TestIndexTermsXorbs: the term index numbers the distinct xorbs in order of first use and
+// gives every term its xorb's number, with few distinct xorbs (searched in place), many (a map
+// from linearXorbs on), and runs, repeats and returns in between.
+func TestIndexTermsXorbs(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, distinct := range []int{1, 2, linearXorbs - 1, linearXorbs, linearXorbs + 1, 3 * linearXorbs, 500} {
+		pool := make([]hash.Hash, distinct)
+		for i := range pool {
+			pool[i][0], pool[i][1], pool[i][31] = byte(i), byte(i>>8), 0xa5
+		}
+		terms := make([]Term, 4*distinct+10)
+		for i := range terms {
+			switch {
+			case i < distinct:
+				terms[i].Xorb = pool[i] // every xorb used
+			case i%3 == 0:
+				terms[i].Xorb = terms[i-1].Xorb // a run
+			default:
+				terms[i].Xorb = pool[r.IntN(distinct)]
+			}
+			terms[i].End, terms[i].RawBytes = 1, 1
+		}
+		r.Shuffle(len(terms), func(i, j int) { terms[i], terms[j] = terms[j], terms[i] })
+		ix := indexTerms(terms)
+		num := map[hash.Hash]int32{}
+		var order []hash.Hash
+		for i := range terms {
+			x, ok := num[terms[i].Xorb]
+			if !ok {
+				x = int32(len(order))
+				num[terms[i].Xorb] = x
+				order = append(order, terms[i].Xorb)
+			}
+			if ix.xorb[i] != x {
+				t.Fatalf("%d distinct: term %d has xorb number %d, want %d", distinct, i, ix.xorb[i], x)
+			}
+		}
+		if !slices.Equal(ix.xorbs, order) {
+			t.Fatalf("%d distinct: %d xorbs listed, want %d in order of first use", distinct, len(ix.xorbs), len(order))
 		}
 	}
 }

@@ -10,7 +10,9 @@
 // as a fast call (so the histogram is the latency requests wait for, not only the database's).
 // Timeouts sits above the caches, bounding a cache miss's wait on the database and on the
 // lookup it shares with concurrent callers, exactly as the server bounded the cached index
-// before the decorators moved here. The caches are innermost, next to what they cache.
+// before the decorators moved here; layouts all held in memory are answered without a bound
+// (index.MemoryLayouts: nothing to wait for, and no timer to arm per shard check). The caches
+// are innermost, next to what they cache.
 package backend
 
 import (

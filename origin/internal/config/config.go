@@ -185,6 +185,50 @@ type Limits struct {
 	WriteProgress       Duration `json:"write_progress"`
 	IdleTimeout         Duration `json:"idle_timeout"`
 	ReadHeaderTimeout   Duration `json:"read_header_timeout"`
+	// MemoryLimit is the Go runtime's soft memory limit (debug.SetMemoryLimit) in bytes: 0 =
+	// MemoryBudget() (the layout cache, the ingest memory and a working set); negative = none.
+	MemoryLimit int64 `json:"memory_limit"`
+	// GCPercent is the Go collector's heap growth target (debug.SetGCPercent, GOGC): 0 =
+	// DefaultGCPercent, -1 = the runtime's own (the GOGC environment variable, else 100).
+	GCPercent int `json:"gc_percent"`
+}
+
+// DefaultGCPercent is limits.gc_percent when 0. The origin's live heap is small next to its
+// memory budget (tens of MB while registering shards against the 1.25 GiB budget of the
+// defaults), and at Go's 100 % it collected every ~15 MB allocated: ~10 % of its CPU while
+// registering shards. 400 collects about a quarter as often; the memory limit still caps the
+// heap (docs/origin.md "Memory"; docs/decisions.md 2026-12-02 "Shard registration: the origin's
+// allocations").
+const DefaultGCPercent = 400
+
+// GCPercent is the collector setting to apply: 0 means leave the runtime's own.
+func (c *Config) GCPercent() int {
+	switch p := c.Limits.GCPercent; {
+	case p < 0:
+		return 0
+	case p == 0:
+		return DefaultGCPercent
+	default:
+		return p
+	}
+}
+
+// WorkingSetBytes is the memory an origin needs besides its layout cache and ingest memory
+// (connections, request handling, index answers, the dedup filter, the runtime).
+const WorkingSetBytes = 512 << 20
+
+// MemoryBudget is the memory an origin is allowed to grow to: the layout cache, the ingest
+// memory (bodies held while they validate) and WorkingSetBytes.
+func (c *Config) MemoryBudget() int64 {
+	return max(c.Index.LayoutCache, 0) + c.Limits.IngestMemory + WorkingSetBytes
+}
+
+// MemoryLimit is the soft memory limit to apply, or a negative value for none.
+func (c *Config) MemoryLimit() int64 {
+	if l := c.Limits.MemoryLimit; l != 0 {
+		return l
+	}
+	return c.MemoryBudget()
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
@@ -390,6 +434,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.IngestMemory < 128<<20 {
 		bad("limits.ingest_memory %d is below one maximal xorb (128 MiB)", c.Limits.IngestMemory)
+	}
+	if c.Limits.GCPercent < -1 {
+		bad("limits.gc_percent %d: want a positive percentage, 0 (the default, %d) or -1 (the runtime's own)", c.Limits.GCPercent, DefaultGCPercent)
+	}
+	if l := c.Limits.MemoryLimit; l > 0 && l < 256<<20 {
+		bad("limits.memory_limit %d is below 256 MiB (0: the memory budget, negative: none)", l)
 	}
 	if c.Limits.ReconPermits < 1 {
 		bad("limits.recon_permits must be at least 1")

@@ -171,3 +171,35 @@ func TestBoundedWaitingLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPercentAndMemoryLimit: gc_percent 0 is the origin's default, -1 leaves the runtime's own,
+// below -1 is refused; memory_limit 0 is the memory budget (layout cache + ingest memory +
+// working set), negative none, a positive value below 256 MiB refused.
+func TestGCPercentAndMemoryLimit(t *testing.T) {
+	load := func(js string) (*Config, error) {
+		file := filepath.Join(t.TempDir(), "c.json")
+		os.WriteFile(file, []byte(js), 0o644)
+		return Load([]string{"--data-dir", "/d", "--config", file}, env(nil))
+	}
+	for js, want := range map[string]int{`{}`: DefaultGCPercent, `{"limits": {"gc_percent": -1}}`: 0, `{"limits": {"gc_percent": 150}}`: 150} {
+		if c, err := load(js); err != nil || c.GCPercent() != want {
+			t.Errorf("%s: %v, want gc percent %d", js, err, want)
+		}
+	}
+	if _, err := load(`{"limits": {"gc_percent": -2}}`); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "gc_percent") {
+		t.Errorf("gc_percent -2: %v, want refused", err)
+	}
+	for js, want := range map[string]int64{
+		`{}`: 256<<20 + 512<<20 + WorkingSetBytes,
+		`{"index": {"layout_cache": 0}, "limits": {"ingest_memory": 268435456}}`: 256<<20 + WorkingSetBytes,
+		`{"limits": {"memory_limit": -1}}`:                                       -1,
+		`{"limits": {"memory_limit": 4294967296}}`:                               4 << 30,
+	} {
+		if c, err := load(js); err != nil || c.MemoryLimit() != want {
+			t.Errorf("%s: %v, want memory limit %d", js, err, want)
+		}
+	}
+	if _, err := load(`{"limits": {"memory_limit": 1048576}}`); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "memory_limit") {
+		t.Errorf("memory_limit 1 MiB: %v, want refused", err)
+	}
+}

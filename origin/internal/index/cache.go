@@ -82,6 +82,19 @@ func (c *LayoutCache) PutXorb(ctx context.Context, l *xorb.Layout, storedSize ui
 	return ins, err
 }
 
+// CachedLayouts implements MemoryLayouts: the layouts of hs when every one is cached.
+func (c *LayoutCache) CachedLayouts(hs []hash.Hash) (map[hash.Hash]*xorb.Layout, bool) {
+	out := make(map[hash.Hash]*xorb.Layout, len(hs))
+	for _, h := range hs {
+		l, ok := c.get(h)
+		if !ok {
+			return nil, false
+		}
+		out[h] = l
+	}
+	return out, true
+}
+
 // Layouts implements Index: cached layouts come from memory, the others from the wrapped
 // Index in one call.
 func (c *LayoutCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {

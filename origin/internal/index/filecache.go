@@ -162,6 +162,14 @@ func (c *FileCache) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]
 	return c.next.Layouts(ctx, hs)
 }
 
+// CachedLayouts implements MemoryLayouts through the wrapped index, when it caches layouts.
+func (c *FileCache) CachedLayouts(hs []hash.Hash) (map[hash.Hash]*xorb.Layout, bool) {
+	if m, ok := c.next.(MemoryLayouts); ok {
+		return m.CachedLayouts(hs)
+	}
+	return nil, false
+}
+
 // XorbSize implements Index through the wrapped index.
 func (c *FileCache) XorbSize(ctx context.Context, x hash.Hash) (uint64, error) {
 	return c.next.XorbSize(ctx, x)

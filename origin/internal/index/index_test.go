@@ -148,3 +148,97 @@ func FuzzSplitHashes(f *testing.F) {
 		}
 	})
 }
+
+// TestAddInherited: the inherited xorbs a batch offers, on both of AddInherited's paths (a few
+// xorbs compared in place, many through a map): those it offers already are skipped, the rest
+// kept in order up to InheritMax, and a second call replaces what the first one added.
+func TestAddInherited(t *testing.T) {
+	g := indextest.NewGen(7)
+	want := func(own, inherited []hash.Hash, most int) []byte {
+		out := index.JoinHashes(own)
+		added := 0
+		for _, x := range inherited {
+			if added == most {
+				break
+			}
+			if held, err := index.SplitHashes(out); err != nil || !slices.Contains(held, x) {
+				out = append(out, x[:]...)
+				added++
+			}
+		}
+		return out
+	}
+	for _, c := range []struct{ own, inherited, max int }{
+		{0, 5, 256}, {4, 8, 256}, {16, 16, 256}, {16, 16, 3}, {40, 200, 256}, {300, 300, 256}, {2, 100, 1},
+	} {
+		own := make([]hash.Hash, c.own)
+		for i := range own {
+			own[i] = g.Hash()
+		}
+		// Half of the inherited xorbs are offered already, and some come twice.
+		inh := make([]hash.Hash, c.inherited)
+		for i := range inh {
+			switch {
+			case i%2 == 0 && c.own > 0:
+				inh[i] = own[(i*7)%c.own]
+			case i%5 == 3:
+				inh[i] = inh[i-1]
+			default:
+				inh[i] = g.Hash()
+			}
+		}
+		r := &index.Registration{Shard: g.Hash(), Scope: "models/a/b", Xorbs: own, InheritMax: c.max}
+		b, err := index.NewBatch(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.AddInherited(inh)
+		if w := want(own, inh, c.max); !bytes.Equal(b.Xorbs, w) {
+			t.Errorf("%+v: %d xorbs offered, want %d (or another order)", c, len(b.Xorbs)/hash.Size, len(w)/hash.Size)
+		}
+		// Again with fewer: what the first call added is gone.
+		b.AddInherited(inh[:len(inh)/3])
+		if w := want(own, inh[:len(inh)/3], c.max); !bytes.Equal(b.Xorbs, w) {
+			t.Errorf("%+v, second call: %d xorbs offered, want %d", c, len(b.Xorbs)/hash.Size, len(w)/hash.Size)
+		}
+	}
+}
+
+// TestAddInheritedAllocs: a registration's usual inheritance (16 offered, 16 inherited, bound
+// 256) allocates only the grown xorb list, no map sized for the bound.
+func TestAddInheritedAllocs(t *testing.T) {
+	g := indextest.NewGen(8)
+	own, inh := make([]hash.Hash, 16), make([]hash.Hash, 16)
+	for i := range own {
+		own[i], inh[i] = g.Hash(), g.Hash()
+	}
+	b, err := index.NewBatch(&index.Registration{Shard: g.Hash(), Scope: "models/a/b", Xorbs: own, InheritMax: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { b.AddInherited(inh) }); n > 0 {
+		t.Errorf("AddInherited allocates %.0f times per call after the first, want 0", n)
+	}
+}
+
+// TestCompareHashes: CompareHashes orders as bytes.Compare does, hashes differing in any byte
+// (first, last, inside a word, across words) and equal ones included.
+func TestCompareHashes(t *testing.T) {
+	g := indextest.NewGen(9)
+	base := g.Hash()
+	hs := []hash.Hash{base, g.Hash(), g.Hash(), hash.Zero}
+	for _, i := range []int{0, 7, 8, 15, 16, 23, 24, 31} {
+		for _, d := range []byte{1, 0x80, 0xff} {
+			h := base
+			h[i] += d
+			hs = append(hs, h)
+		}
+	}
+	for _, a := range hs {
+		for _, b := range hs {
+			if got, want := index.CompareHashes(a, b), bytes.Compare(a[:], b[:]); got != want {
+				t.Fatalf("CompareHashes(%s, %s) = %d, bytes.Compare = %d", a, b, got, want)
+			}
+		}
+	}
+}

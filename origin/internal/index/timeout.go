@@ -61,7 +61,23 @@ func (t *Timeouts) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint6
 	return Bound(ctx, t.d, "index", func(ctx context.Context) (bool, error) { return t.next.PutXorb(ctx, l, storedSize) })
 }
 
+// MemoryLayouts is implemented by the caches in front of an index that can answer Layouts from
+// memory alone: ok reports that every layout of hs was cached (none is then looked up).
+type MemoryLayouts interface {
+	CachedLayouts(hs []hash.Hash) (map[hash.Hash]*xorb.Layout, bool)
+}
+
+// Layouts is bounded unless the caches below answer it from memory: a shard check asks for the
+// layouts of every registration, and the timer of a bound was ~3 % of the origin's CPU while
+// registering shards (perf/BENCHMARKS.md, 2026-12-02 "Shard registration: the origin's
+// allocations"). A call that waits for anything — a miss, or a lookup shared with concurrent
+// callers — is bounded as before.
 func (t *Timeouts) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	if m, ok := t.next.(MemoryLayouts); ok {
+		if out, ok := m.CachedLayouts(hs); ok {
+			return out, nil
+		}
+	}
 	return Bound(ctx, t.d, "index", func(ctx context.Context) (map[hash.Hash]*xorb.Layout, error) { return t.next.Layouts(ctx, hs) })
 }
 

@@ -3,11 +3,15 @@ package index_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
+	"github.com/xetcdn/xetcdn/origin/internal/index/indextest"
+	"github.com/xetcdn/xetcdn/origin/internal/index/sqlite"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // stalledIndex answers nothing: every call waits for its context, like a database behind a
@@ -78,5 +82,78 @@ func TestTimeouts(t *testing.T) {
 	}
 	if _, err := index.NewTimeouts(stalledIndex{}, 0); !errors.Is(err, index.ErrInvalid) {
 		t.Fatalf("zero timeout: %v, want index.ErrInvalid", err)
+	}
+}
+
+// stallsOn answers Layouts from an SQLite index, except that a call naming stall waits for its
+// context, like a database behind a partition.
+type stallsOn struct {
+	index.Index
+	stall hash.Hash
+}
+
+func (s stallsOn) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
+	for _, h := range hs {
+		if h == s.stall {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	}
+	return s.Index.Layouts(ctx, hs)
+}
+
+// TestTimeoutsCachedLayouts: layouts the caches below hold are answered without a bound (no
+// timer armed: fewer allocations than a bounded call), and a call that needs the index is
+// still bounded, cached layouts among its hashes or not.
+func TestTimeoutsCachedLayouts(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), sqlite.Options{Path: filepath.Join(t.TempDir(), "x.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := indextest.NewGen(6)
+	stall := g.Hash()
+	layouts, err := index.NewLayoutCache(stallsOn{Index: db, stall: stall}, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := index.NewFileCache(layouts, index.FileCacheOptions{MaxBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	const d = 50 * time.Millisecond
+	b, err := index.NewTimeouts(files, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []hash.Hash
+	for range 4 {
+		l := g.Layout(20)
+		if _, err := layouts.PutXorb(t.Context(), l, 1); err != nil { // cached once stored
+			t.Fatal(err)
+		}
+		hs = append(hs, l.Hash)
+	}
+	ctx := context.Background()
+	m, err := b.Layouts(ctx, hs)
+	if err != nil || len(m) != len(hs) {
+		t.Fatalf("cached layouts: %d of %d, %v", len(m), len(hs), err)
+	}
+	cached := testing.AllocsPerRun(50, func() { b.Layouts(ctx, hs) })
+	bounded := testing.AllocsPerRun(50, func() {
+		index.Bound(ctx, d, "index", func(ctx context.Context) (map[hash.Hash]*xorb.Layout, error) { return files.Layouts(ctx, hs) })
+	})
+	if cached >= bounded {
+		t.Errorf("cached layouts through Timeouts: %.0f allocations, a bounded call %.0f: want fewer (no timer)", cached, bounded)
+	}
+	// One hash the index must be asked for, and it stalls: bounded.
+	bound, cancel := context.WithTimeout(ctx, 50*d)
+	defer cancel()
+	start := time.Now()
+	if _, err := b.Layouts(bound, append(hs[:2:2], stall)); !errors.Is(err, index.ErrUnavailable) {
+		t.Fatalf("cached layouts and a stalled one: %v, want index.ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 20*d {
+		t.Fatalf("stalled layout answered after %v, bound %v", took, d)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/shared/recon"
@@ -132,7 +133,11 @@ func (s *Service) layouts(ctx context.Context, sh *shard.Shard) (map[hash.Hash]*
 // possessionRefs lists the xorbs whose possession by the scope makes checkPossession pass
 // without further lookups: those of the shard's xorb blocks and terms, sorted, unique.
 func possessionRefs(sh *shard.Shard) []hash.Hash {
-	var refs []hash.Hash
+	n := len(sh.Xorbs)
+	for i := range sh.Files {
+		n += len(sh.Files[i].Terms)
+	}
+	refs := make([]hash.Hash, 0, n)
 	for i := range sh.Xorbs {
 		refs = append(refs, sh.Xorbs[i].Hash)
 	}
@@ -399,6 +404,13 @@ func checkFile(f *shard.File, layouts map[hash.Hash]*xorb.Layout, leaves []hash.
 		}
 		return leaves, nil
 	}
+	n := 0
+	for _, t := range f.Terms {
+		if t.End > t.Start { // ranges checked by recon.NewFileRecord before
+			n += int(t.End - t.Start)
+		}
+	}
+	leaves = slices.Grow(leaves, n)
 	for i, t := range f.Terms {
 		l := layouts[t.Xorb]
 		if f.Verification != nil && hash.Verification(l.ChunkHashes[t.Start:t.End]) != f.Verification[i] {
@@ -415,7 +427,8 @@ func checkFile(f *shard.File, layouts map[hash.Hash]*xorb.Layout, leaves []hash.
 	}
 	// The hash the terms give is not shown: it is computed from stored chunk hashes, and
 	// without verification entries (lenient mode) it would be all a shard needs.
-	if hash.File(leaves) != f.Hash {
+	// leaves is scratch from here on (the caller reuses it for the next file).
+	if hash.FileInPlace(leaves) != f.Hash {
 		return leaves, fmt.Errorf("%w: the terms of file %s do not hash to its file hash", ErrRejected, f.Hash)
 	}
 	return leaves, nil

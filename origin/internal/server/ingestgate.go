@@ -87,6 +87,12 @@ type bodyReader struct {
 
 // reserve grows the reservation by n, waiting at most b.wait.
 func (b *bodyReader) reserve(ctx context.Context, n int64) error {
+	// Free memory and no one waiting (TryAcquire keeps the waiters' order): no timer to arm.
+	if b.mem.TryAcquire(n) {
+		b.s.m.ingestWait.Observe(0)
+		b.reserved += n
+		return nil
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, b.wait)
 	defer cancel()

@@ -299,9 +299,12 @@ func startProfile(ctx context.Context, c *config, admin *http.Client) (stop func
 // profile saves a CPU profile of the origin from its admin listener until ctx is done (at most
 // 120 s). pprof's profile endpoint takes a duration up front, so the profile is asked for in
 // 2-second slices and the slices are saved as FILE.1, FILE.2, ... for `go tool pprof` to merge.
+// The origin's allocation profile is saved before the first slice and after the last, as
+// FILE-allocs.0 and FILE-allocs.1: what the run allocated is
+// `go tool pprof -sample_index=alloc_space -diff_base FILE-allocs.0 FILE-allocs.1`.
 func profile(ctx context.Context, c *http.Client, admin, tok, file string) error {
-	for i := 1; i <= 60 && ctx.Err() == nil; i++ {
-		req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, admin+"/debug/pprof/profile?seconds=2", nil)
+	get := func(path, to string) error {
+		req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, admin+path, nil)
 		if err != nil {
 			return err
 		}
@@ -316,13 +319,19 @@ func profile(ctx context.Context, c *http.Client, admin, tok, file string) error
 			return err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%w: profile: %d %s", fixture.ErrStatus, resp.StatusCode, b)
+			return fmt.Errorf("%w: %s: %d %s", fixture.ErrStatus, path, resp.StatusCode, b)
 		}
-		if err := os.WriteFile(fmt.Sprintf("%s.%d", file, i), b, 0o644); err != nil {
+		return os.WriteFile(to, b, 0o644)
+	}
+	if err := get("/debug/pprof/allocs", file+"-allocs.0"); err != nil {
+		return err
+	}
+	for i := 1; i <= 60 && ctx.Err() == nil; i++ {
+		if err := get("/debug/pprof/profile?seconds=2", fmt.Sprintf("%s.%d", file, i)); err != nil {
 			return err
 		}
 	}
-	return nil
+	return get("/debug/pprof/allocs", file+"-allocs.1")
 }
 
 func shards(ctx context.Context, c *config) error {

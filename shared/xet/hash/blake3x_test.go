@@ -70,3 +70,38 @@ func BenchmarkChunkMix(b *testing.B) {
 		i++
 	}
 }
+
+// TestSumHashesMatchesConcatenation: SumHashes (Verification) hashes the raw hashes as one
+// message, so it must equal the keyed hash of their concatenation, on counts on both sides of
+// one chunk, of the AVX2 and the blake3x lengths, and of the largest term ranges.
+func TestSumHashesMatchesConcatenation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	hs := make([]Hash, 1100)
+	for i := range hs {
+		for j := range hs[i] {
+			hs[i][j] = byte(rng.Uint32())
+		}
+	}
+	kh := NewKeyedHasher(VerificationKey)
+	for _, n := range []int{0, 1, 2, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1024, 1100} {
+		var cat []byte
+		for _, h := range hs[:n] {
+			cat = append(cat, h[:]...)
+		}
+		want := zeeboKeyed(VerificationKey, cat)
+		if got := kh.SumHashes(hs[:n]); got != want {
+			t.Fatalf("SumHashes of %d hashes: %s, want %s", n, got, want)
+		}
+		if got := Verification(hs[len(hs)-n:]); got != zeeboKeyed(VerificationKey, catOf(hs[len(hs)-n:])) {
+			t.Fatalf("Verification of %d hashes: %s", n, got)
+		}
+	}
+}
+
+func catOf(hs []Hash) []byte {
+	var out []byte
+	for _, h := range hs {
+		out = append(out, h[:]...)
+	}
+	return out
+}

@@ -14,8 +14,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/zeebo/blake3"
 
@@ -57,13 +59,30 @@ func (h Hash) String() string {
 func (h Hash) AppendString(dst []byte) []byte { return h.appendString(dst) }
 
 func (h Hash) appendString(dst []byte) []byte {
+	// Written eight digits at a time, not appended digit by digit: the merkle aggregation
+	// formats every node's children this way, and the appends were most of it. Each word is
+	// printed most significant digit first (the string form, docs/protocol.md §1).
+	dst = slices.Grow(dst, 2*Size)
+	n := len(dst)
+	out := dst[n : n+2*Size]
 	for w := 0; w < 4; w++ {
-		for i := 7; i >= 0; i-- {
-			b := h[8*w+i]
-			dst = append(dst, hexDigits[b>>4], hexDigits[b&0x0f])
-		}
+		v := binary.LittleEndian.Uint64(h[8*w:])
+		binary.BigEndian.PutUint64(out[16*w:], hex8(uint32(v>>32)))
+		binary.BigEndian.PutUint64(out[16*w+8:], hex8(uint32(v)))
 	}
-	return dst
+	return dst[:n+2*Size]
+}
+
+// hex8 returns the eight lowercase hex digits of v, most significant first, as the bytes of a
+// big-endian word: each nibble spread into its own byte, then '0' added, and 'a'-'0'-10 more
+// where the nibble is 10 or above.
+func hex8(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff
+	x = (x | x<<4) & 0x0f0f0f0f0f0f0f0f
+	letters := ((x + 0x0606060606060606) >> 4) & 0x0101010101010101
+	return x + 0x3030303030303030 + letters*('a'-'0'-10)
 }
 
 // MarshalText implements encoding.TextMarshaler with the protocol's string form.
@@ -220,15 +239,14 @@ func (k *KeyedHasher) Sum(msg []byte) Hash {
 	return out
 }
 
-// SumHashes returns Keyed(key, concatenation of the raw hashes) without building the concatenation.
+// SumHashes returns Keyed(key, concatenation of the raw hashes) without building the
+// concatenation: a []Hash is that concatenation in memory, hashed as one message (one write
+// instead of one per hash, and the long-message kernel from blake3x.MinLen).
 func (k *KeyedHasher) SumHashes(hs []Hash) Hash {
-	k.h.Reset()
-	for i := range hs {
-		_, _ = k.h.Write(hs[i][:])
+	if len(hs) == 0 {
+		return k.Sum(nil)
 	}
-	var out Hash
-	k.h.Sum(out[:0])
-	return out
+	return k.Sum(unsafe.Slice(&hs[0][0], len(hs)*Size))
 }
 
 // Chunker hashes many chunks with one keyed hasher; see KeyedHasher.
@@ -272,6 +290,14 @@ func Merkle(leaves []Leaf) Hash {
 	}
 	level := make([]Leaf, len(leaves))
 	copy(level, leaves)
+	return merkleInPlace(level)
+}
+
+// merkleInPlace is Merkle over level, which it overwrites with the inner levels.
+func merkleInPlace(level []Leaf) Hash {
+	if len(level) < 2 {
+		return Merkle(level)
+	}
 	buf := make([]byte, 0, 9*(2*Size+24))
 	// One pooled keyed hasher for every node: a fresh one costs a key schedule and an allocation.
 	node := nodePool.Get().(*KeyedHasher)
@@ -321,7 +347,20 @@ func FileWithSalt(chunks []Leaf, salt Hash) Hash {
 	if len(chunks) == 0 {
 		return Zero
 	}
-	root := Merkle(chunks)
+	return fileOfRoot(Merkle(chunks), salt)
+}
+
+// FileInPlace is File for a caller that no longer needs chunks: it computes the merkle levels
+// in chunks' own memory (no copy of them; a shard check hashes files of thousands of chunks)
+// and leaves its contents undefined.
+func FileInPlace(chunks []Leaf) Hash {
+	if len(chunks) == 0 {
+		return Zero
+	}
+	return fileOfRoot(merkleInPlace(chunks), Zero)
+}
+
+func fileOfRoot(root, salt Hash) Hash {
 	if salt != Zero {
 		return Keyed(salt, root[:])
 	}

@@ -3,6 +3,8 @@ package hash
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -93,4 +95,43 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q failed", s)
 		}
 	})
+}
+
+// TestAppendString: AppendString appends the string form after what dst holds, whatever its
+// capacity, and leaves dst's bytes alone.
+func TestAppendString(t *testing.T) {
+	h, err := Parse("0123456789abcdeffedcba98765432100011223344556677889900aabbccddee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range [][]byte{nil, []byte("x: "), make([]byte, 3, 200)} {
+		prefix := string(dst)
+		got := string(h.AppendString(dst))
+		if got != prefix+h.String() || h.String() != "0123456789abcdeffedcba98765432100011223344556677889900aabbccddee" {
+			t.Errorf("AppendString(%q) = %q", prefix, got)
+		}
+	}
+}
+
+// TestStringDigits: the string form against a digit-by-digit reference (each word's bytes from
+// the last to the first, two digits each), for every byte value in every position.
+func TestStringDigits(t *testing.T) {
+	ref := func(h Hash) string {
+		var b strings.Builder
+		for w := 0; w < 4; w++ {
+			for i := 7; i >= 0; i-- {
+				fmt.Fprintf(&b, "%02x", h[8*w+i])
+			}
+		}
+		return b.String()
+	}
+	for v := 0; v < 256; v++ {
+		var h Hash
+		for i := range h {
+			h[i] = byte(v + 37*i)
+		}
+		if got, want := h.String(), ref(h); got != want {
+			t.Fatalf("%v: String = %s, want %s", h[:], got, want)
+		}
+	}
 }

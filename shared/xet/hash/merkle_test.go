@@ -101,3 +101,31 @@ func BenchmarkMerkle1000(b *testing.B) {
 		_ = Merkle(leaves)
 	}
 }
+
+// TestFileInPlace: FileInPlace gives File's hash (upstream vectors and longer lists) on a
+// scratch copy, without allocating the level copy Merkle makes.
+func TestFileInPlace(t *testing.T) {
+	var lists [][]Leaf
+	for _, c := range loadMerkleCases(t) {
+		leaves := make([]Leaf, len(c.Leaves))
+		for j, l := range c.Leaves {
+			leaves[j] = Leaf{Hash: l.Hash, Size: l.Size}
+		}
+		lists = append(lists, leaves)
+	}
+	long := make([]Leaf, 5000)
+	for i := range long {
+		long[i] = Leaf{Hash: Chunk([]byte{byte(i), byte(i >> 8)}), Size: uint64(1 + i%70000)}
+	}
+	lists = append(lists, long, long[:2], long[:9], long[:1000])
+	for i, leaves := range lists {
+		scratch := append([]Leaf(nil), leaves...)
+		if got, want := FileInPlace(scratch), File(leaves); got != want {
+			t.Errorf("list %d (%d leaves): FileInPlace = %v, File = %v", i, len(leaves), got, want)
+		}
+	}
+	scratch := append([]Leaf(nil), long...)
+	if n := testing.AllocsPerRun(20, func() { copy(scratch, long); FileInPlace(scratch) }); n > 0 && !raceEnabled {
+		t.Errorf("FileInPlace of %d leaves: %.0f allocations, want none", len(long), n)
+	}
+}

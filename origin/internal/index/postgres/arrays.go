@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -25,6 +27,72 @@ type byteaArray [][]byte
 // textArray is a text[] parameter; a nil array is NULL.
 type textArray []string
 
+// sizedArray is the first parameter of a statement whose parameters take size bytes encoded
+// (paramsSize): its encoding grows pgx's parameter buffer once for all of them, where each
+// array would otherwise grow it again (to twice its size, so ~2x the parameters allocated
+// per statement, which pgx drops after every statement).
+type sizedArray struct {
+	a    byteaArray
+	size int
+}
+
+// paramsSize is the binary size of the array parameters among args (other types count
+// nothing): what pgx's parameter buffer and its Bind message will hold.
+func paramsSize(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch a := a.(type) {
+		case byteaArray:
+			n += a.encodedSize()
+		case textArray:
+			n += a.encodedSize()
+		case sizedArray:
+			n += a.a.encodedSize()
+		}
+	}
+	return n
+}
+
+func (a byteaArray) encodedSize() int {
+	n := 20
+	for _, e := range a {
+		n += 4 + len(e)
+	}
+	return n
+}
+
+func (a textArray) encodedSize() int {
+	n := 20
+	for _, e := range a {
+		n += 4 + len(e)
+	}
+	return n
+}
+
+// reserveSend grows the write buffer of a connection's frontend to hold n more bytes, for the
+// Bind message of a statement whose parameters take n bytes, about to be queued on it. pgx
+// shrinks that buffer to 1 KB after every flush, and a Bind of hundreds of KB appended to it
+// parameter by parameter grew it by a quarter at a time: ~5x its size allocated per batch
+// (perf/BENCHMARKS.md, 2026-12-02 "Shard registration: the origin's allocations"). The
+// message writes nothing; what pgx queues next is what goes out.
+func reserveSend(f *pgproto3.Frontend, n int) {
+	if f != nil && n > 0 {
+		f.Send(reserveMsg(n))
+	}
+}
+
+// reserveMsg is a frontend message of no bytes whose encoding grows the buffer by its value.
+type reserveMsg int
+
+// Frontend implements pgproto3.FrontendMessage.
+func (reserveMsg) Frontend() {}
+
+// Encode implements pgproto3.Message: dst unchanged, with room for r more bytes.
+func (r reserveMsg) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(r)), nil }
+
+// Decode implements pgproto3.Message; the message is never received.
+func (reserveMsg) Decode([]byte) error { return fmt.Errorf("postgres: reserveMsg is not decoded") }
+
 // arrayCodec is the codec of bytea[] and text[] on this package's connections: pgx's own,
 // except that byteaArray and textArray values get a typed encode plan.
 type arrayCodec struct {
@@ -39,6 +107,8 @@ func (c arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value an
 			return encodeByteaArray{elem: c.ElementType.OID}
 		case textArray:
 			return encodeTextArray{elem: c.ElementType.OID}
+		case sizedArray:
+			return encodeSizedArray{encodeByteaArray{elem: c.ElementType.OID}}
 		}
 	}
 	return c.ArrayCodec.PlanEncode(m, oid, format, value)
@@ -122,6 +192,14 @@ func (p encodeByteaArray) Encode(value any, buf []byte) ([]byte, error) {
 		buf = append(buf, e...)
 	}
 	return buf, nil
+}
+
+type encodeSizedArray struct{ encodeByteaArray }
+
+// Encode implements pgtype.EncodePlan.
+func (p encodeSizedArray) Encode(value any, buf []byte) ([]byte, error) {
+	v := value.(sizedArray)
+	return p.encodeByteaArray.Encode(v.a, slices.Grow(buf, v.size))
 }
 
 type encodeTextArray struct{ elem uint32 }

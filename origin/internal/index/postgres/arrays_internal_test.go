@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/xetcdn/xetcdn/origin/internal/index"
@@ -93,6 +96,8 @@ func TestRegisterArgsEncoding(t *testing.T) {
 			elems += len(a)
 		case textArray:
 			elems += len(a)
+		case sizedArray:
+			elems += len(a.a)
 		}
 	}
 	buf := make([]byte, 0, 1<<20) // as pgx reuses its own: growth is not what is measured
@@ -109,5 +114,89 @@ func TestRegisterArgsEncoding(t *testing.T) {
 	if allocs := testing.AllocsPerRun(20, encode); allocs > float64(len(args)) {
 		t.Errorf("encoding the %d parameters (%d elements) of a batch of %d: %.0f allocations, want at most %d",
 			len(args), elems, len(ops), allocs, len(args))
+	}
+}
+
+// TestRegisterArgsOneBuffer: pgx's parameter buffer, which it shrinks to 256 bytes before every
+// statement, grows once for a whole registration batch (its first parameter reserves what all
+// take, paramsSize), not once or twice per array; and paramsSize is what they take.
+func TestRegisterArgsOneBuffer(t *testing.T) {
+	db, err := Open(t.Context(), Options{DSN: FreshSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := indextest.NewGen(302)
+	var ops []*regOp
+	for range 16 {
+		r := g.Registration("models/o/r", 4, 4, 4)
+		r.Body = make([]byte, 2000) // an inline body, as a 4-file upload shard has
+		b, err := index.NewBatch(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, &regOp{ctx: context.Background(), b: b})
+	}
+	conn, err := db.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	m := conn.Conn().TypeMap()
+	args := registerArgs(ops)
+	var encoded int
+	encode := func() {
+		b := make([]byte, 0, 256) // what pgx starts each statement with
+		for i, a := range args {
+			oid := uint32(pgtype.ByteaArrayOID)
+			if _, ok := a.(textArray); ok {
+				oid = pgtype.TextArrayOID
+			}
+			var err error
+			if b, err = m.Encode(oid, pgtype.BinaryFormatCode, a, b); err != nil {
+				t.Fatalf("argument %d: %v", i, err)
+			}
+		}
+		encoded = len(b)
+	}
+	encode()
+	if size := paramsSize(args); size < encoded || size > encoded+20*len(args) {
+		t.Errorf("paramsSize = %d, the parameters take %d bytes", size, encoded)
+	}
+	// The first buffer and the one it grows to.
+	if allocs := testing.AllocsPerRun(20, encode); allocs > 2 && !raceEnabled {
+		t.Errorf("encoding a batch's parameters (%d bytes) from pgx's 256-byte buffer: %.0f allocations, want 2", encoded, allocs)
+	}
+}
+
+// TestReserveSend: a Bind message of a batch's size queued after reserveSend costs the
+// frontend's buffer one allocation, not one per growth step of appends, and what goes out is
+// the Bind alone.
+func TestReserveSend(t *testing.T) {
+	params := make([][]byte, 12)
+	for i := range params {
+		params[i] = make([]byte, 1000*(i+1))
+	}
+	bind := &pgproto3.Bind{PreparedStatement: "stmt", Parameters: params}
+	want, err := bind.Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	f := pgproto3.NewFrontend(strings.NewReader(""), &out)
+	send := func() {
+		out.Reset()
+		reserveSend(f, len(want))
+		f.SendBind(bind)
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("sent %d bytes, want the Bind's %d", out.Len(), len(want))
+	}
+	if allocs := testing.AllocsPerRun(20, send); allocs > 3 && !raceEnabled { // the reserved buffer, the 1 KB pgx shrinks to, the boxed reserveMsg
+		t.Errorf("a %d-byte Bind: %.0f allocations, want 3", len(want), allocs)
 	}
 }

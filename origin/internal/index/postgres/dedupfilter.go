@@ -374,14 +374,16 @@ func (db *DB) notifyDedup(ctx context.Context, chunks [][]byte) {
 	if len(chunks) == 0 {
 		return
 	}
-	payloads := make([]string, 0, (len(chunks)+notifyChunks-1)/notifyChunks)
+	payloads := make(textArray, 0, (len(chunks)+notifyChunks-1)/notifyChunks)
 	buf := make([]byte, 0, 32*min(len(chunks), notifyChunks))
+	var enc []byte
 	for i := 0; i < len(chunks); i += notifyChunks {
 		buf = buf[:0]
 		for _, c := range chunks[i:min(i+notifyChunks, len(chunks))] {
 			buf = append(buf, c...)
 		}
-		payloads = append(payloads, db.sender+base64.StdEncoding.EncodeToString(buf))
+		enc = base64.StdEncoding.AppendEncode(append(enc[:0], db.sender...), buf)
+		payloads = append(payloads, string(enc))
 	}
 	_, err := db.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify($2, p) FROM unnest($1::text[]) p`, payloads, db.channel)
 	if err != nil {

@@ -485,13 +485,15 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 			}
 			batch = &pgx.Batch{}
 		}
-		batch.Queue(qRegister, registerArgs(ops)...).Query(func(rows pgx.Rows) error {
+		args := registerArgs(ops)
+		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
 			hs, err := scanHashes(rows)
 			for _, h := range hs {
 				out[h] = true
 			}
 			return err
 		})
+		reserveSend(tx.Conn().PgConn().Frontend(), paramsSize(args)+bindSlack)
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
@@ -505,6 +507,11 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 	})
 	return out, err
 }
+
+// bindSlack is what a Bind message and the messages queued with it take beyond the binary
+// size of its array parameters (reserveSend): a length word per parameter, the statement's
+// name, format codes, Describe, Execute and Sync, and the batch's small statements.
+const bindSlack = 2048
 
 // qUnpossessed returns the registrations of a batch (their index in it) whose scope does not
 // possess one of the xorbs they require (index.Registration.Require): one primary-key probe of

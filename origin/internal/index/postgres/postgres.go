@@ -19,7 +19,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -739,15 +738,21 @@ func registerArgs(ops []*regOp) []any {
 		h     hash.Hash
 	}
 	type chunk struct{ c, shard hash.Hash }
+	nf, nc := 0, 0
+	for _, op := range ops {
+		nf, nc = nf+len(op.b.FileHashes), nc+len(op.b.Dedup)
+	}
+	// Sized for the batch at once: grown step by step, the maps and lists allocated about
+	// twice what they end up holding, per batch.
 	var (
 		shards = make([]*index.Batch, 0, len(ops))
-		files  []file
-		viss   []vis
-		chunks []chunk
+		files  = make([]file, 0, nf)
+		viss   = make([]vis, 0, nf)
+		chunks = make([]chunk, 0, nc)
 		seenS  = make(map[hash.Hash]bool, len(ops))
-		seenF  = make(map[hash.Hash]bool)
-		seenV  = make(map[vis]bool)
-		seenC  = make(map[hash.Hash]int) // chunk → its index in chunks
+		seenF  = make(map[hash.Hash]bool, nf)
+		seenV  = make(map[vis]bool, nf)
+		seenC  = make(map[hash.Hash]int, nc) // chunk → its index in chunks
 	)
 	for _, op := range ops {
 		b := op.b
@@ -777,26 +782,31 @@ func registerArgs(ops []*regOp) []any {
 		}
 	}
 	// The statement sorts too; sorting here keeps the arrays canonical for any plan.
-	slices.SortFunc(shards, func(a, b *index.Batch) int { return bytes.Compare(a.Shard[:], b.Shard[:]) })
-	slices.SortFunc(files, func(a, b file) int { return bytes.Compare(a.h[:], b.h[:]) })
-	slices.SortFunc(chunks, func(a, b chunk) int { return bytes.Compare(a.c[:], b.c[:]) })
+	slices.SortFunc(shards, func(a, b *index.Batch) int { return index.CompareHashes(a.Shard, b.Shard) })
+	slices.SortFunc(files, func(a, b file) int { return index.CompareHashes(a.h, b.h) })
+	slices.SortFunc(chunks, func(a, b chunk) int { return index.CompareHashes(a.c, b.c) })
 
 	// The arrays' types encode without per-element reflection (arrays.go).
 	sh, sc, sx := make(byteaArray, len(shards)), make(textArray, len(shards)), make(byteaArray, len(shards))
 	sb := make(byteaArray, len(shards))  // nil elements are NULL: no inline body
 	sf := make(byteaArray, len(shards))  // the shard's files (index.ShardEntry.Files)
 	scs := make(byteaArray, len(shards)) // the chunks of its dedup entries, sorted (qRegister)
+	// Every shard's files and chunks, one allocation.
+	joined := make([]byte, 0, (nf+nc)*hash.Size)
+	join := func(hs []hash.Hash) []byte {
+		start := len(joined)
+		for i := range hs {
+			joined = append(joined, hs[i][:]...)
+		}
+		return joined[start:len(joined):len(joined)] // empty, not nil: no list is NULL
+	}
 	for i, b := range shards {
 		sh[i], sc[i], sx[i], sb[i] = b.Shard[:], b.Scope, b.Xorbs, b.Body
 		if sx[i] == nil {
 			sx[i] = []byte{}
 		}
-		if sf[i] = index.JoinHashes(b.FileHashes); sf[i] == nil {
-			sf[i] = []byte{}
-		}
-		if scs[i] = index.JoinHashes(b.Dedup); scs[i] == nil { // Batch.Dedup: sorted, unique
-			scs[i] = []byte{}
-		}
+		sf[i] = join(b.FileHashes)
+		scs[i] = join(b.Dedup) // Batch.Dedup: sorted, unique
 	}
 	fh, fr := make(byteaArray, len(files)), make(byteaArray, len(files))
 	for i := range files {
@@ -810,7 +820,9 @@ func registerArgs(ops []*regOp) []any {
 	for i := range chunks {
 		cc[i], cs[i] = chunks[i].c[:], chunks[i].shard[:]
 	}
-	return []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
+	args := []any{sh, sc, sx, fh, fr, vs, vh, cc, cs, sb, sf, scs}
+	args[0] = sizedArray{sh, paramsSize(args)}
+	return args
 }
 
 // File implements index.Index.
@@ -900,7 +912,14 @@ func (db *DB) DedupXorbsOf(ctx context.Context, chunks []hash.Hash) ([]hash.Hash
 // offeredBy is what the entries of chunks offer (offers, from queueDedupEntries), in the order of
 // chunks, without the condemned and swept xorbs (gone, from collectedOf).
 func offeredBy(chunks []hash.Hash, offers map[hash.Hash][]hash.Hash, gone map[hash.Hash]bool) []hash.Hash {
-	var out []hash.Hash
+	n := 0
+	for _, c := range chunks {
+		n += len(offers[c])
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]hash.Hash, 0, n)
 	for _, c := range chunks {
 		for _, x := range offers[c] {
 			if !gone[x] {
@@ -981,14 +1000,23 @@ type querier interface {
 // collectedOf returns which of the xorbs offers offer are condemned or swept: one round trip,
 // none when they offer nothing.
 func collectedOf(ctx context.Context, q querier, offers map[hash.Hash][]hash.Hash) (map[hash.Hash]bool, error) {
+	// The entries of a batch offer mostly the same xorbs: collected once each, not all of
+	// every list (thousands of hashes per batch) cloned and sorted.
 	var all []hash.Hash
+	seen := make(map[hash.Hash]struct{})
 	for _, xs := range offers {
-		all = append(all, xs...)
+		for _, x := range xs {
+			if _, dup := seen[x]; !dup {
+				seen[x] = struct{}{}
+				all = append(all, x)
+			}
+		}
 	}
 	if len(all) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, qCollectedOf, hashArgs(index.SortedUnique(all)))
+	slices.SortFunc(all, index.CompareHashes)
+	rows, err := q.Query(ctx, qCollectedOf, hashArgs(all))
 	if err != nil {
 		return nil, err
 	}

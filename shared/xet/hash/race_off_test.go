@@ -1,0 +1,5 @@
+//go:build !race
+
+package hash
+
+const raceEnabled = false
