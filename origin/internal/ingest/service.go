@@ -146,7 +146,7 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	if err != nil {
 		return false, fmt.Errorf("xorb %s: %w", h, err)
 	}
-	if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+	if done, err := s.storedIndexed(ctx, h); err != nil || done {
 		return false, err
 	}
 	footer := xorb.AppendFooter(nil, l, 0)
@@ -166,28 +166,26 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 
 // indexStored indexes xorb h (layout l, stored size) after this upload's attempt to create its
 // object, which ended with created (nil, objstore.ErrExists or a failure); rewrite stores this
-// upload's bytes again (lifecycle.go's ensureStored) should a collection delete the object before
-// the row is in. It reports whether this call inserted the row. Shared by the buffered and the
-// streamed upload.
+// upload's bytes under the key, replacing any object there. Whether or not this call inserts
+// the row, the upload is acknowledged only once the key holds the object the row describes
+// (lifecycle.go's ensureStored). It reports whether this call inserted the row. Shared by the
+// buffered and the streamed upload.
 func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, size uint64, created error, rewrite func() error) (bool, error) {
 	err := created
+	copies := []xorbCopy{{l, size, rewrite}}
 	if errors.Is(err, objstore.ErrExists) {
 		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
 		// otherwise index what they stored, whoever commits the row first. The row then
 		// describes the bytes read back, which are what is put back should the object go.
-		if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+		if done, err := s.storedIndexed(ctx, h); err != nil || done {
 			return false, err
 		}
 		var stored []byte
 		l, stored, err = s.storedLayout(ctx, h)
 		size = uint64(len(stored))
-		rewrite = func() error {
-			err := s.objs.Create(ctx, XorbKey(h), bytes.NewReader(stored), int64(len(stored)))
-			if errors.Is(err, objstore.ErrExists) {
-				return nil
-			}
-			return err
-		}
+		copies = append([]xorbCopy{{l, size, func() error {
+			return s.objs.Put(ctx, XorbKey(h), bytes.NewReader(stored), int64(len(stored)))
+		}}}, copies...)
 	}
 	if err != nil {
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
@@ -196,10 +194,23 @@ func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, 
 	if err != nil {
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
-	if ins {
-		if err := s.ensureStored(ctx, h, rewrite); err != nil { // lifecycle.go
-			return false, err
+	row, rowSize := l, size
+	if !ins {
+		// Another upload's row: perhaps of another encoding than the object now under the key
+		// (this upload's, created after a collection deleted the row's).
+		ls, err := s.idx.Layouts(ctx, []hash.Hash{h})
+		if err != nil {
+			return false, fmt.Errorf("xorb %s: %w", h, err)
 		}
+		if row = ls[h]; row == nil {
+			return false, fmt.Errorf("%w: xorb %s: indexed and gone", index.ErrUnavailable, h)
+		}
+		if rowSize, err = s.idx.XorbSize(ctx, h); err != nil {
+			return false, fmt.Errorf("xorb %s: %w", h, err)
+		}
+	}
+	if err := s.ensureStored(ctx, h, row, rowSize, copies...); err != nil { // lifecycle.go
+		return false, err
 	}
 	return ins, nil
 }
@@ -211,16 +222,29 @@ func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Has
 	return nil
 }
 
-// indexed reports whether the index has the xorb h.
-func (s *Service) indexed(ctx context.Context, h hash.Hash) (bool, error) {
-	_, err := s.idx.XorbSize(ctx, h)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, index.ErrNotFound):
+// storedIndexed reports whether the index has the xorb h and the store an object of the size
+// its row gives: then an upload of h has nothing to store and is acknowledged. A row whose
+// object is missing or of another size (an upload that indexed it failed to put its bytes back
+// after a collection deleted them, lifecycle.go) is not: the upload stores its bytes, and is
+// acknowledged once they are the row's (indexStored). Cost: a Stat per upload of a xorb already
+// indexed (on S3 a HEAD; docs/decisions.md, 2026-12-02 "No acknowledged xorb without the
+// indexed object").
+func (s *Service) storedIndexed(ctx context.Context, h hash.Hash) (bool, error) {
+	rowSize, err := s.idx.XorbSize(ctx, h)
+	if errors.Is(err, index.ErrNotFound) {
 		return false, nil
 	}
-	return false, fmt.Errorf("xorb %s: %w", h, err)
+	if err != nil {
+		return false, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	size, err := s.objs.Stat(ctx, XorbKey(h))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("xorb %s: check stored object: %w", h, err)
+	}
+	return uint64(size) == rowSize, nil
 }
 
 // storedLayout reads the object stored under XorbKey(h) and returns its layout and its bytes
