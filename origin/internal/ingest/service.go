@@ -113,15 +113,17 @@ func New(o Options) *Service {
 
 // PutXorb validates body as the xorb h (docs/protocol.md §7.4) and stores it: the chunk area
 // plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
-// xorb was new; a xorb the index already has is not rewritten.
+// xorb was new; a xorb the index already has is not rewritten unless its object is missing
+// (storedIndexed).
 //
-// The object is created, never replaced (Objects.Create). When the key is taken — a
-// concurrent upload of the same chunks, here or on another replica, perhaps in another
-// encoding, or an object left by a crash before its index commit — the upload's own bytes are
-// dropped and the layout indexed is that of the stored object, read back and validated
-// against h. Every writer therefore indexes the layout of the one object under the key, so
-// the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order and
-// without a lock. A stored object that does not validate is ErrStoredCorrupt.
+// The object is created, not replaced (Objects.Create; the one exception is putting back the
+// bytes the index row describes over an object it does not, ensureStored). When the key is
+// taken — a concurrent upload of the same chunks, here or on another replica, perhaps in
+// another encoding, or an object left by a crash before its index commit — the upload's own
+// bytes are dropped and the layout indexed is that of the stored object, read back and
+// validated against h. Every writer therefore indexes the layout of the one object under the
+// key, so the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order
+// and without a lock. A stored object that does not validate is ErrStoredCorrupt.
 //
 // Once the xorb is stored (new or not), PutXorb records that scope holds it
 // (index.Index.RecordPossession), which RegisterShard requires of scopes referencing
