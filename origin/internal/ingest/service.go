@@ -200,15 +200,11 @@ func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, 
 	if !ins {
 		// Another upload's row: perhaps of another encoding than the object now under the key
 		// (this upload's, created after a collection deleted the row's).
-		ls, err := s.idx.Layouts(ctx, []hash.Hash{h})
+		if row, rowSize, err = s.row(ctx, h); err == nil && row == nil {
+			err = fmt.Errorf("%w: xorb %s: not indexed after its insert", index.ErrUnavailable, h)
+		}
 		if err != nil {
-			return false, fmt.Errorf("xorb %s: %w", h, err)
-		}
-		if row = ls[h]; row == nil {
-			return false, fmt.Errorf("%w: xorb %s: indexed and gone", index.ErrUnavailable, h)
-		}
-		if rowSize, err = s.idx.XorbSize(ctx, h); err != nil {
-			return false, fmt.Errorf("xorb %s: %w", h, err)
+			return false, err
 		}
 	}
 	if err := s.ensureStored(ctx, h, row, rowSize, copies...); err != nil { // lifecycle.go
@@ -224,29 +220,43 @@ func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Has
 	return nil
 }
 
-// storedIndexed reports whether the index has the xorb h and the store an object of the size
-// its row gives: then an upload of h has nothing to store and is acknowledged. A row whose
-// object is missing or of another size (an upload that indexed it failed to put its bytes back
-// after a collection deleted them, lifecycle.go) is not: the upload stores its bytes, and is
-// acknowledged once they are the row's (indexStored). Cost: a Stat per upload of a xorb already
-// indexed (on S3 a HEAD; docs/decisions.md, 2026-12-02 "No acknowledged xorb without the
-// indexed object").
+// storedIndexed reports whether the index has the xorb h and the store the object its row
+// describes (ensureStored's check): then an upload of h has nothing to store and is
+// acknowledged. A row whose object is missing or another encoding (an upload that indexed it
+// failed to put its bytes back after a collection deleted them, lifecycle.go) is not: the
+// upload stores its bytes, and is acknowledged once the key holds the row's (indexStored).
+// Cost per upload of a xorb already indexed: the row's layout (index, cached), a Stat and a read
+// of the object's footer (on S3 a HEAD and a ranged GET; docs/decisions.md, 2026-12-02 "No
+// acknowledged xorb without the indexed object").
 func (s *Service) storedIndexed(ctx context.Context, h hash.Hash) (bool, error) {
-	rowSize, err := s.idx.XorbSize(ctx, h)
-	if errors.Is(err, index.ErrNotFound) {
-		return false, nil
+	row, rowSize, err := s.row(ctx, h)
+	if err != nil || row == nil {
+		return false, err
 	}
-	if err != nil {
-		return false, fmt.Errorf("xorb %s: %w", h, err)
-	}
-	size, err := s.objs.Stat(ctx, XorbKey(h))
-	if errors.Is(err, objstore.ErrNotFound) {
-		return false, nil
-	}
+	ok, err := s.holds(ctx, h, row, rowSize)
 	if err != nil {
 		return false, fmt.Errorf("xorb %s: check stored object: %w", h, err)
 	}
-	return uint64(size) == rowSize, nil
+	return ok, nil
+}
+
+// row returns the index row of xorb h: its layout and stored size; nil when there is none.
+func (s *Service) row(ctx context.Context, h hash.Hash) (*xorb.Layout, uint64, error) {
+	size, err := s.idx.XorbSize(ctx, h)
+	if errors.Is(err, index.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	ls, err := s.idx.Layouts(ctx, []hash.Hash{h})
+	if err != nil {
+		return nil, 0, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	if ls[h] == nil {
+		return nil, 0, fmt.Errorf("%w: xorb %s: indexed and gone", index.ErrUnavailable, h)
+	}
+	return ls[h], size, nil
 }
 
 // storedLayout reads the object stored under XorbKey(h) and returns its layout and its bytes

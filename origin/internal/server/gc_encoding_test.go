@@ -379,3 +379,50 @@ func TestXorbUploadRestoreFails(t *testing.T) {
 		})
 	}
 }
+
+// TestXorbUploadAckChecksEncoding: the index has a xorb whose key holds another encoding of the
+// row's exact size (the state an upload leaves when it found that encoding under the key after
+// its row was in and failing to replace it: the store failed). Two identical chunks, one
+// compressed and one not, in either order: same size, other chunk offsets. An upload of the
+// other encoding must not be acknowledged (503: it cannot make the key match the row); one of
+// the row's encoding must put its bytes back before its 200. Before, a duplicate upload was
+// acknowledged on the row alone, and every read of the xorb failed chunk verification.
+func TestXorbUploadAckChecksEncoding(t *testing.T) {
+	raw := bytes.Repeat([]byte("xetcdn acknowledges stored bytes only. "), 150)
+	h := hash.Chunk(raw)
+	body := func(first, second xorb.Scheme) []byte {
+		b, s1 := xorb.AppendCompressed(nil, raw, first)
+		b, s2 := xorb.AppendCompressed(b, raw, second)
+		if s1 != first || s2 != second {
+			t.Fatalf("schemes %v %v written as %v %v", first, second, s1, s2)
+		}
+		return b
+	}
+	rowEnc, otherEnc := body(xorb.LZ4, xorb.None), body(xorb.None, xorb.LZ4)
+	xh := hash.Merkle([]hash.Leaf{{Hash: h, Size: uint64(len(raw))}, {Hash: h, Size: uint64(len(raw))}})
+	rowObj, otherObj := storedForm(t, rowEnc, xh), storedForm(t, otherEnc, xh)
+	if len(rowObj) != len(otherObj) || slices.Equal(layoutOf(t, rowObj, xh).StoredEnds, layoutOf(t, otherObj, xh).StoredEnds) {
+		t.Fatal("the test needs two encodings of one size with other chunk offsets")
+	}
+	for _, b := range backends(t) {
+		b := cachedStack(b)
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b)
+			if st, msg := answer(t, e.postXorbAsync(xh, rowEnc), "first upload"); st != http.StatusOK {
+				t.Fatalf("first upload: %d %s", st, msg)
+			}
+			checkIndexedObject(t, e, xh)
+			key := ingest.XorbKey(xh)
+			if err := e.objs.Put(t.Context(), key, bytes.NewReader(otherObj), int64(len(otherObj))); err != nil {
+				t.Fatal(err)
+			}
+			if st, msg := answer(t, e.postXorbAsync(xh, otherEnc), "upload of the other encoding"); st != http.StatusServiceUnavailable {
+				t.Fatalf("upload of the encoding under the key but not in the row: %d %s; want 503", st, msg)
+			}
+			if st, msg := answer(t, e.postXorbAsync(xh, rowEnc), "upload of the row's encoding"); st != http.StatusOK {
+				t.Fatalf("upload of the row's encoding: %d %s; want 200", st, msg)
+			}
+			checkIndexedObject(t, e, xh)
+		})
+	}
+}
