@@ -6,7 +6,8 @@
 // object store before the index commit, and the index commit is durable before a method
 // returns nil.
 //
-// A xorb object is created once and never replaced, and the layout indexed for it is always
+// A xorb object is created once and not replaced (but by the bytes its index row describes,
+// after a collection raced the upload: lifecycle.go), and the layout indexed for it is always
 // derived from the bytes that are stored: one xorb hash has many valid encodings (the hash
 // covers the chunks, not their compression), so an upload that finds the key taken indexes
 // the stored object's layout, not its own (Service.PutXorb). A shard body kept inline in its registration is durable with that commit. Nothing is written under a key before validation succeeds (a streamed upload,

@@ -113,15 +113,17 @@ func New(o Options) *Service {
 
 // PutXorb validates body as the xorb h (docs/protocol.md §7.4) and stores it: the chunk area
 // plus a v1 footer under XorbKey(h), then its layout in the index. It reports whether the
-// xorb was new; a xorb the index already has is not rewritten.
+// xorb was new; a xorb the index already has is not rewritten unless its object is missing
+// (storedIndexed).
 //
-// The object is created, never replaced (Objects.Create). When the key is taken — a
-// concurrent upload of the same chunks, here or on another replica, perhaps in another
-// encoding, or an object left by a crash before its index commit — the upload's own bytes are
-// dropped and the layout indexed is that of the stored object, read back and validated
-// against h. Every writer therefore indexes the layout of the one object under the key, so
-// the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order and
-// without a lock. A stored object that does not validate is ErrStoredCorrupt.
+// The object is created, not replaced (Objects.Create; the one exception is putting back the
+// bytes the index row describes over an object it does not, ensureStored). When the key is
+// taken — a concurrent upload of the same chunks, here or on another replica, perhaps in
+// another encoding, or an object left by a crash before its index commit — the upload's own
+// bytes are dropped and the layout indexed is that of the stored object, read back and
+// validated against h. Every writer therefore indexes the layout of the one object under the
+// key, so the index's first-insert-wins (index.PutXorb) keeps them consistent, in any order
+// and without a lock. A stored object that does not validate is ErrStoredCorrupt.
 //
 // Once the xorb is stored (new or not), PutXorb records that scope holds it
 // (index.Index.RecordPossession), which RegisterShard requires of scopes referencing
@@ -146,7 +148,7 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 	if err != nil {
 		return false, fmt.Errorf("xorb %s: %w", h, err)
 	}
-	if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+	if done, err := s.storedIndexed(ctx, h); err != nil || done {
 		return false, err
 	}
 	footer := xorb.AppendFooter(nil, l, 0)
@@ -166,28 +168,26 @@ func (s *Service) PutXorb(ctx context.Context, scope, prefix string, h hash.Hash
 
 // indexStored indexes xorb h (layout l, stored size) after this upload's attempt to create its
 // object, which ended with created (nil, objstore.ErrExists or a failure); rewrite stores this
-// upload's bytes again (lifecycle.go's ensureStored) should a collection delete the object before
-// the row is in. It reports whether this call inserted the row. Shared by the buffered and the
-// streamed upload.
+// upload's bytes under the key, replacing any object there. Whether or not this call inserts
+// the row, the upload is acknowledged only once the key holds the object the row describes
+// (lifecycle.go's ensureStored). It reports whether this call inserted the row. Shared by the
+// buffered and the streamed upload.
 func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, size uint64, created error, rewrite func() error) (bool, error) {
 	err := created
+	copies := []xorbCopy{{l, size, rewrite}}
 	if errors.Is(err, objstore.ErrExists) {
 		// Someone stored this xorb first. If they indexed it too, there is nothing left to do;
 		// otherwise index what they stored, whoever commits the row first. The row then
 		// describes the bytes read back, which are what is put back should the object go.
-		if indexed, err := s.indexed(ctx, h); err != nil || indexed {
+		if done, err := s.storedIndexed(ctx, h); err != nil || done {
 			return false, err
 		}
 		var stored []byte
 		l, stored, err = s.storedLayout(ctx, h)
 		size = uint64(len(stored))
-		rewrite = func() error {
-			err := s.objs.Create(ctx, XorbKey(h), bytes.NewReader(stored), int64(len(stored)))
-			if errors.Is(err, objstore.ErrExists) {
-				return nil
-			}
-			return err
-		}
+		copies = append([]xorbCopy{{l, size, func() error {
+			return s.objs.Put(ctx, XorbKey(h), bytes.NewReader(stored), int64(len(stored)))
+		}}}, copies...)
 	}
 	if err != nil {
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
@@ -196,10 +196,19 @@ func (s *Service) indexStored(ctx context.Context, h hash.Hash, l *xorb.Layout, 
 	if err != nil {
 		return false, fmt.Errorf("index xorb %s: %w", h, err)
 	}
-	if ins {
-		if err := s.ensureStored(ctx, h, rewrite); err != nil { // lifecycle.go
+	row, rowSize := l, size
+	if !ins {
+		// Another upload's row: perhaps of another encoding than the object now under the key
+		// (this upload's, created after a collection deleted the row's).
+		if row, rowSize, err = s.row(ctx, h); err == nil && row == nil {
+			err = fmt.Errorf("%w: xorb %s: not indexed after its insert", index.ErrUnavailable, h)
+		}
+		if err != nil {
 			return false, err
 		}
+	}
+	if err := s.ensureStored(ctx, h, row, rowSize, copies...); err != nil { // lifecycle.go
+		return false, err
 	}
 	return ins, nil
 }
@@ -211,16 +220,43 @@ func (s *Service) recordPossession(ctx context.Context, scope string, h hash.Has
 	return nil
 }
 
-// indexed reports whether the index has the xorb h.
-func (s *Service) indexed(ctx context.Context, h hash.Hash) (bool, error) {
-	_, err := s.idx.XorbSize(ctx, h)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, index.ErrNotFound):
-		return false, nil
+// storedIndexed reports whether the index has the xorb h and the store the object its row
+// describes (ensureStored's check): then an upload of h has nothing to store and is
+// acknowledged. A row whose object is missing or another encoding (an upload that indexed it
+// failed to put its bytes back after a collection deleted them, lifecycle.go) is not: the
+// upload stores its bytes, and is acknowledged once the key holds the row's (indexStored).
+// Cost per upload of a xorb already indexed: the row's layout (index, cached), a Stat and a read
+// of the object's footer (on S3 a HEAD and a ranged GET; docs/decisions.md, 2026-12-02 "No
+// acknowledged xorb without the indexed object").
+func (s *Service) storedIndexed(ctx context.Context, h hash.Hash) (bool, error) {
+	row, rowSize, err := s.row(ctx, h)
+	if err != nil || row == nil {
+		return false, err
 	}
-	return false, fmt.Errorf("xorb %s: %w", h, err)
+	ok, err := s.holds(ctx, h, row, rowSize)
+	if err != nil {
+		return false, fmt.Errorf("xorb %s: check stored object: %w", h, err)
+	}
+	return ok, nil
+}
+
+// row returns the index row of xorb h: its layout and stored size; nil when there is none.
+func (s *Service) row(ctx context.Context, h hash.Hash) (*xorb.Layout, uint64, error) {
+	size, err := s.idx.XorbSize(ctx, h)
+	if errors.Is(err, index.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	ls, err := s.idx.Layouts(ctx, []hash.Hash{h})
+	if err != nil {
+		return nil, 0, fmt.Errorf("xorb %s: %w", h, err)
+	}
+	if ls[h] == nil {
+		return nil, 0, fmt.Errorf("%w: xorb %s: indexed and gone", index.ErrUnavailable, h)
+	}
+	return ls[h], size, nil
 }
 
 // storedLayout reads the object stored under XorbKey(h) and returns its layout and its bytes

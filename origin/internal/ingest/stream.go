@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/xetcdn/xetcdn/origin/internal/objstore"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -46,7 +45,7 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 	}
 	body := &countingReader{r: r} // xet_origin_ingest_bytes_total counts the body, as PutXorb's
 	r = body
-	indexed, err := s.indexed(ctx, h)
+	indexed, err := s.storedIndexed(ctx, h)
 	if err != nil {
 		return false, err
 	}
@@ -87,12 +86,7 @@ func (s *Service) PutXorbStream(ctx context.Context, scope, prefix string, h has
 		return false, fmt.Errorf("store xorb %s: %w", h, err)
 	}
 	size := uint64(area) + uint64(len(footer))
-	ins, err := s.indexStored(ctx, h, l, size, st.Commit(ctx), func() error {
-		if err := st.Commit(ctx); err != nil && !errors.Is(err, objstore.ErrExists) {
-			return err
-		}
-		return nil
-	})
+	ins, err := s.indexStored(ctx, h, l, size, st.Commit(ctx), func() error { return st.Replace(ctx) })
 	if err != nil {
 		return false, err
 	}

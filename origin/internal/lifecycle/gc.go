@@ -42,7 +42,7 @@ type GCObjects interface {
 	// The orphan pass (orphans.go) lists the store and keeps a copy of what it deletes.
 	List(ctx context.Context, prefix string, fn func(objstore.ObjectInfo) error) error
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
-	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	Create(ctx context.Context, key string, r io.Reader, size int64) error
 }
 
 // Errors of GC and CheckGrace.

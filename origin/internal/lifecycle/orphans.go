@@ -33,7 +33,8 @@ import (
 //     index is re-read right before each deletion (a live xorb of the mark is skipped at once),
 //     but an upload can still index the object between that re-read and the Delete. So the
 //     object's bytes are read first, and after the Delete the index is read once more: if a row
-//     appeared meanwhile, the same bytes are put back (OrphansRestored). What remains is a
+//     appeared meanwhile, the same bytes are put back (OrphansRestored) unless an upload stored
+//     the key again meanwhile (then its bytes stay: Create, not Put). What remains is a
 //     reader of that just-indexed object seeing it missing for the moment between the Delete and
 //     the Put (an error it retries), or the collector dying in that moment, which leaves a row
 //     without its object — the window is one Delete request, for an upload of exactly that hash
@@ -150,9 +151,18 @@ func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, 
 		rep.BytesReclaimed += uint64(size)
 		return true, nil
 	}
-	// Indexed meanwhile, or unknown: put the bytes back (the same bytes any row of this key
-	// describes; Put keeps them whole). Not knowing counts as indexed.
-	if perr := objs.Put(ctx, obj.Key, bytes.NewReader(body), size); perr != nil {
+	// Indexed meanwhile, or unknown: put the bytes back. Not knowing counts as indexed. Create,
+	// not Put: an object under the key now was stored by an upload after the Delete, perhaps
+	// another encoding of the xorb whose row that upload inserted; these bytes must not replace
+	// it (the row's inserter makes sure the key holds what its row describes, ingest's
+	// ensureStored; docs/decisions.md, 2026-12-02 "No acknowledged xorb without the indexed
+	// object").
+	perr := objs.Create(ctx, obj.Key, bytes.NewReader(body), size)
+	if errors.Is(perr, objstore.ErrExists) {
+		o.Log.WarnContext(ctx, "object indexed and stored again during its deletion", "key", obj.Key)
+		return false, nil
+	}
+	if perr != nil {
 		return false, fmt.Errorf("restore %s after deleting it: %w (index re-check: %v)", obj.Key, perr, err)
 	}
 	if err != nil {

@@ -165,6 +165,11 @@ func (s *Staged) Commit(ctx context.Context) (err error) {
 	return nil
 }
 
+// Replace is Commit as Put commits: the file is renamed over the key, replacing an object
+// there, and Close has no name left to remove. An upload puts its bytes back with it when the
+// key holds another encoding than the one its index row describes (ingest's ensureStored).
+func (s *Staged) Replace(ctx context.Context) error { return s.replace(ctx) }
+
 // replace is Commit for Put: the file is renamed over the key (replacing an object there), so
 // nothing is left for Close to remove.
 func (s *Staged) replace(ctx context.Context) error {
@@ -174,6 +179,9 @@ func (s *Staged) replace(ctx context.Context) error {
 	if err := os.Rename(s.tmp, s.p); err != nil {
 		return s.tempErr(err)
 	}
+	// A Commit linked the file to the key already: rename(2) of two names of one file does
+	// nothing, and the temporary name would stay behind.
+	os.Remove(s.tmp)
 	s.tmp = "" // the name is the key's now
 	// From here the object is visible. A failed directory sync is reported, but the object is
 	// left in place: removing it could drop an older, durable copy of the same content.

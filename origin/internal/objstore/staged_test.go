@@ -306,3 +306,74 @@ func TestStagedTempRemoved(t *testing.T) {
 		t.Fatalf("Stat after the failed commit: %v; want ErrNotFound", err)
 	}
 }
+
+// TestStagedReplace: Replace renames a staged object over its key, replacing an object there
+// (ingest puts back the encoding its index row describes), whether or not a Commit found the
+// key taken or linked the same file there first; no temporary name is left, before or after
+// Close, and a Commit after it fails.
+func TestStagedReplace(t *testing.T) {
+	ctx := context.Background()
+	l, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(key string) string {
+		t.Helper()
+		rc, _, err := l.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	stage := func(key, body string) *objstore.Staged {
+		t.Helper()
+		st, err := l.Stage(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Over another object, after a Commit that found the key taken.
+	const key = "xorbs/default/aa01"
+	if err := l.Create(ctx, key, strings.NewReader("other encoding"), 14); err != nil {
+		t.Fatal(err)
+	}
+	st := stage(key, "row's encoding")
+	if err := st.Commit(ctx); !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("Commit onto a taken key: %v", err)
+	}
+	if err := st.Replace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(key); got != "row's encoding" {
+		t.Fatalf("after Replace: %q", got)
+	}
+	if got := putFiles(t, l.Root()); len(got) != 0 {
+		t.Fatalf("temporary files after Replace: %v", got)
+	}
+	if err := st.Commit(ctx); err == nil {
+		t.Error("Commit after Replace succeeded")
+	}
+	st.Close()
+	// Over its own committed file (two names of one file: the rename does nothing).
+	const key2 = "xorbs/default/bb02"
+	st = stage(key2, "own")
+	if err := st.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Replace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := putFiles(t, l.Root()); len(got) != 0 {
+		t.Fatalf("temporary files after Replace over its own link: %v", got)
+	}
+	st.Close()
+	if got := get(key2); got != "own" {
+		t.Fatalf("after Replace over its own link and Close: %q", got)
+	}
+}
