@@ -74,20 +74,31 @@ func (r ctxReader) Read([]byte) (int, error) {
 
 func TestTimeouts(t *testing.T) {
 	const d = 100 * time.Millisecond
-	body := strings.Repeat("x", 40) // ten reads, d/3 apart: longer than d in all, never idle for d
+	body := strings.Repeat("x", 40) // ten reads, d/3 apart
 
-	t.Run("steady put", func(t *testing.T) {
-		b := newTimeouts(t, &paceStore{gap: d / 3}, d)
-		if err := b.Put(context.Background(), "k", strings.NewReader(body), int64(len(body))); err != nil {
-			t.Fatalf("a put that keeps reading failed: %v", err)
-		}
-	})
-	t.Run("steady create", func(t *testing.T) {
-		b := newTimeouts(t, &paceStore{gap: d / 3}, d)
-		if err := b.Create(context.Background(), "k", strings.NewReader(body), int64(len(body))); err != nil {
-			t.Fatalf("a create that keeps reading failed: %v", err)
-		}
-	})
+	// A write that keeps reading is never cut, however long it takes in all: twelve reads a
+	// tenth of the bound apart take longer than the bound, and a gap would have to be delayed
+	// nine times over (the scheduler of a loaded machine, not the store) to look idle. The
+	// bound is a second here: at 100 ms, gaps of a third of it failed under load.
+	const steadyBound = time.Second
+	steadyBody := strings.Repeat("x", 4*12)
+	for _, write := range []string{"put", "create"} {
+		t.Run("steady "+write, func(t *testing.T) {
+			t.Parallel()
+			b := newTimeouts(t, &paceStore{gap: steadyBound / 10}, steadyBound)
+			call := b.Put
+			if write == "create" {
+				call = b.Create
+			}
+			start := time.Now()
+			if err := call(context.Background(), "k", strings.NewReader(steadyBody), int64(len(steadyBody))); err != nil {
+				t.Fatalf("a %s that keeps reading failed: %v", write, err)
+			}
+			if took := time.Since(start); took <= steadyBound {
+				t.Fatalf("the %s took %v, not longer than the bound %v: the test shows nothing", write, took, steadyBound)
+			}
+		})
+	}
 	for _, write := range []string{"put", "create"} {
 		t.Run("stalled "+write, func(t *testing.T) {
 			b := newTimeouts(t, &paceStore{gap: d / 3, stall: true}, d)
