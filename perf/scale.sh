@@ -36,7 +36,9 @@
 # SHARED_BUFFERS for it, ~3.3 GB of indexes at 10^7), ORIGIN_SRC (the source tree xet-origin
 # is built from for the measurements, default this one; the tools always come from this one),
 # PG_OPTS (more settings for the durable restart, "-c name=value ...", after the others: for
-# diagnostics), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
+# diagnostics), SQL_BEFORE (SQL run on each database of SHARD_DBS after the durable restart,
+# then a CHECKPOINT: a schema variant to measure, e.g. an index rebuilt another way), UP_WAIT
+# (600: seconds an origin may take to answer, migrations included), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
 # objects), RECON (1; 0 skips the reconload steps), PORT_BASE (31800; eleven ports from it, which must be free), WORK
 # (mktemp under /tmp), OUT, MIN_FREE_GB (20), MEASURE (1), KEEP.
 set -euo pipefail
@@ -244,6 +246,16 @@ if [ "$PG_TUNED" = 1 ]; then
 	echo "postgres durable settings: shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED" >>"$OUT/run.txt"
 else
 	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=512MB, PG_TUNED=0) on 127.0.0.1:$PGPORT_"
+fi
+if [ -n "${SQL_BEFORE:-}" ]; then
+	# A schema variant to measure (e.g. an index rebuilt another way); the checkpoint after it
+	# puts its pages where every other page is: written once more as a full-page image.
+	for db in $SHARD_DBS; do
+		note "SQL_BEFORE $db"
+		log "$db: $SQL_BEFORE"
+		psql_ -d "$db" -c "$SQL_BEFORE" -c CHECKPOINT
+		echo "SQL_BEFORE on $db: $SQL_BEFORE" >>"$OUT/run.txt"
+	done
 fi
 if [ "$PREWARM" = 1 ]; then
 	# A server that has run a while holds its hot indexes in memory; a fresh start has none.
