@@ -37,8 +37,7 @@
 //
 //	condemned       xorb PK ─── at                                 Condemn, Revive (lifecycle.go)
 //	swept           xorb PK ─── at, done (object deleted)          Sweep, Swept, ObjectsDeleted
-//	visibility_file index on visibility(file) (Postgres: a hash     Files, Sweep re-check
-//	                index, equality only)
+//	visibility_file index on visibility(file)                      Files, Sweep re-check
 //	condemned_shards shard PK ── at                                CondemnShards, SweepShards
 //	possession_xorb index on possession(xorb)                      Sweep
 //

@@ -59,9 +59,9 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},
 		"ShardsScan":       {qShardsScan, []any{k, 100}},
 		"DropPossessionOf": {qDropPossessionOf, []any{[][]byte{k, k}}},
-		// The lookups of visibility by file alone, through visibility_file (a hash index since
-		// migration 0008). (The collector's qFilesScan is left out: at this size the planner
-		// rightly hashes the whole small table for its EXISTS.)
+		// The lookups of visibility by file alone, through visibility_file. (The collector's
+		// qFilesScan is left out: at this size the planner rightly hashes the whole small table
+		// for its EXISTS.)
 		"VisibleAny": {qVisibleAny, []any{[][]byte{k, k}}},
 		"DropDead":   {qDropDead, []any{[][]byte{k, k}}},
 	}
