@@ -36,7 +36,9 @@
 # SHARED_BUFFERS for it, ~3.3 GB of indexes at 10^7), ORIGIN_SRC (the source tree xet-origin
 # is built from for the measurements, default this one; the tools always come from this one),
 # PG_OPTS (more settings for the durable restart, "-c name=value ...", after the others: for
-# diagnostics), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
+# diagnostics), SQL_BEFORE (SQL run on each database of SHARD_DBS after the durable restart,
+# then a CHECKPOINT: a schema variant to measure, e.g. an index rebuilt another way), UP_WAIT
+# (600: seconds an origin may take to answer, migrations included), READ_AHEAD (0: the edges' read-ahead off; the synthetic xorbs have no
 # objects), RECON (1; 0 skips the reconload steps), PORT_BASE (31800; eleven ports from it, which must be free), WORK
 # (mktemp under /tmp), OUT, MIN_FREE_GB (20), MEASURE (1), KEEP.
 set -euo pipefail
@@ -164,13 +166,14 @@ pg_stop() {
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT_" -U xet "$@"; }
 dsn() { echo "postgres://xet@127.0.0.1:$PGPORT_/$1?sslmode=disable"; }
 
-up() { # up URL PID: wait (120 s at most) until URL answers
-	for _ in $(seq 1200); do
+up() { # up URL PID: wait (UP_WAIT s, 600 by default: a migration may rebuild an index) until URL answers
+	local _
+	for _ in $(seq $((${UP_WAIT:-600} * 10))); do
 		curl -sf -o /dev/null --max-time 2 "$1" && return 0
 		kill -0 "$2" 2>/dev/null || die "process $2 exited before $1 answered (logs in $WORK)"
 		sleep 0.1
 	done
-	die "$1 did not answer within 120 s"
+	die "$1 did not answer within ${UP_WAIT:-600} s"
 }
 stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
@@ -243,6 +246,16 @@ if [ "$PG_TUNED" = 1 ]; then
 	echo "postgres durable settings: shared_buffers=$SHARED_BUFFERS$PG_RECOMMENDED" >>"$OUT/run.txt"
 else
 	log "PostgreSQL durable (fsync=on, synchronous_commit=on; shared_buffers=512MB, PG_TUNED=0) on 127.0.0.1:$PGPORT_"
+fi
+if [ -n "${SQL_BEFORE:-}" ]; then
+	# A schema variant to measure (e.g. an index rebuilt another way); the checkpoint after it
+	# puts its pages where every other page is: written once more as a full-page image.
+	for db in $SHARD_DBS; do
+		note "SQL_BEFORE $db"
+		log "$db: $SQL_BEFORE"
+		psql_ -d "$db" -c "$SQL_BEFORE" -c CHECKPOINT
+		echo "SQL_BEFORE on $db: $SQL_BEFORE" >>"$OUT/run.txt"
+	done
 fi
 if [ "$PREWARM" = 1 ]; then
 	# A server that has run a while holds its hot indexes in memory; a fresh start has none.
@@ -360,6 +373,14 @@ windows() {
 	done
 }
 
+# tabstats DB: per table (heap) and index of DB, cumulative: name, rows inserted, updated,
+# heap-only updated (tables; 0 for indexes), buffer hits, reads (misses: from the OS).
+tabstats() {
+	psql_ -d "$1" -At -F ' ' -c "SELECT 'heap:' || t.relname, t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, coalesce(io.heap_blks_hit, 0), coalesce(io.heap_blks_read, 0)
+		FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid)
+		UNION ALL SELECT i.indexrelname, 0, 0, 0, i.idx_blks_hit, i.idx_blks_read FROM pg_statio_user_indexes i" || true
+}
+
 # shards DB K: SHARDS registrations over K scopes, 16 in flight per scope (the per-scope upload
 # limit), with the origin's CPU (ingestbench) and PostgreSQL's (pg_cpu, perf/pg.sh) per shard.
 shards() {
@@ -372,6 +393,7 @@ shards() {
 	log "shard registration $db: $SHARDS shards over $k scope(s), $((16 * k)) at a time (16 per scope: the per-scope upload limit)"
 	psql_ -d postgres -At -c "SELECT 'background at the start: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >"$OUT/$name.bg.txt"
+	tabstats "$db" >"$OUT/$name.tab0"
 	c0=$(pg_cpu "$PGPID") w0=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
 	local spid=
 	if [ "$SHARD_WINDOW" -gt 0 ]; then
@@ -393,6 +415,13 @@ shards() {
 	awk -v n="$SHARDS" -v r="$((w1[0] - w0[0]))" -v f="$((w1[1] - w0[1]))" -v b="$((w1[2] - w0[2]))" \
 		'BEGIN { printf "postgres wal per shard: %.1f records, %.2f full-page images, %.0f bytes\n", r / n, f / n, b / n }' >>"$OUT/$name.txt"
 	cat "$OUT/$name.bg.txt" >>"$OUT/$name.txt" && rm "$OUT/$name.bg.txt"
+	sleep 1 # the statistics collector's last flush
+	tabstats "$db" >"$OUT/$name.tab1"
+	echo "per shard, by table and index (rows inserted, updated, heap-only; buffers hit, read):" >>"$OUT/$name.txt"
+	awk -v n="$SHARDS" 'NR == FNR { a[$1] = $0; next } ($1 in a) { split(a[$1], p, " ")
+		printf "  %-26s ins %6.2f  upd %6.2f  hot %6.2f  hit %7.2f  read %6.2f\n", $1, ($2 - p[2]) / n, ($3 - p[3]) / n,
+			($4 - p[4]) / n, ($5 - p[5]) / n, ($6 - p[6]) / n }' "$OUT/$name.tab0" "$OUT/$name.tab1" >>"$OUT/$name.txt"
+	rm -f "$OUT/$name.tab0" "$OUT/$name.tab1"
 	cat "$OUT/$name.txt"
 }
 if [ "$SHARDS" -gt 0 ]; then
