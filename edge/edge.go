@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +28,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/edge/internal/tokens"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/memtune"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -69,18 +69,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	if err != nil {
 		return nil, err
 	}
-	if limit := cfg.Limits.MemoryLimit; limit >= 0 {
-		if limit == 0 {
-			limit = cfg.MemoryBudget()
-		}
-		debug.SetMemoryLimit(limit) // docs/edge.md "Memory"
-		log.Info("memory limit set", "bytes", limit)
-	}
-	if p := cfg.GCPercent(); p > 0 {
-		debug.SetGCPercent(p) // docs/edge.md "Memory"
-		log.Info("collector target set", "gc_percent", p)
-	}
-	origins, err := originapi.ParseOrigins(cfg.Origin) // checked by config.Validate
+	memtune.Apply(log, cfg.MemoryLimit(), cfg.GCPercent()) // docs/edge.md "Memory"
+	origins, err := originapi.ParseOrigins(cfg.Origin)     // checked by config.Validate
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +22,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/origin/internal/server"
 	"github.com/xetcdn/xetcdn/shared/auth"
+	"github.com/xetcdn/xetcdn/shared/memtune"
 )
 
 // ErrConfig wraps every configuration problem Run reports (one per line of the error's text).
@@ -42,14 +42,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if cfg.DevNoAuth {
 		log.Warn("authentication is DISABLED (--dev-no-auth): anyone can read and write")
 	}
-	if limit := cfg.MemoryLimit(); limit > 0 {
-		debug.SetMemoryLimit(limit) // docs/origin.md "Memory"
-		log.Info("memory limit set", "bytes", limit)
-	}
-	if p := cfg.GCPercent(); p > 0 {
-		debug.SetGCPercent(p) // docs/origin.md "Memory"
-		log.Info("collector target set", "gc_percent", p)
-	}
+	memtune.Apply(log, cfg.MemoryLimit(), cfg.GCPercent()) // docs/origin.md "Memory"
 	k, err := loadKeys(cfg, log)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/xetcdn/xetcdn/edge/internal/server"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 	"github.com/xetcdn/xetcdn/shared/internalapi"
+	"github.com/xetcdn/xetcdn/shared/memtune"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
@@ -163,18 +164,15 @@ func (c *Config) RefreshAhead() time.Duration {
 // below the memory limit, and at the Go default (100) a warm edge answering 1,000
 // reconstructions/s collected every 2-3 s, marking the whole cache each time; 400 collects about
 // a quarter as often while the memory limit still caps the heap (docs/edge.md "Memory").
-const DefaultGCPercent = 400
+const DefaultGCPercent = memtune.DefaultGCPercent
 
-// GCPercent is the collector setting to apply: 0 means leave the runtime's own.
-func (c *Config) GCPercent() int {
-	switch p := c.Limits.GCPercent; {
-	case p < 0:
-		return 0
-	case p == 0:
-		return DefaultGCPercent
-	default:
-		return p
-	}
+// GCPercent is the collector target to apply (memtune.GCPercent): 0 means leave the runtime's own.
+func (c *Config) GCPercent() int { return memtune.GCPercent(c.Limits.GCPercent) }
+
+// MemoryLimit is the soft memory limit to apply (memtune.MemoryLimit), or a negative value for
+// none.
+func (c *Config) MemoryLimit() int64 {
+	return memtune.MemoryLimit(c.Limits.MemoryLimit, c.MemoryBudget())
 }
 
 // WorkingSetBytes is the memory an edge needs besides its caches' budgets and fill buffers

@@ -23,6 +23,7 @@ import (
 	"github.com/xetcdn/xetcdn/origin/internal/regions"
 	"github.com/xetcdn/xetcdn/shared/configfile"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/memtune"
 	"github.com/xetcdn/xetcdn/shared/readpath"
 )
 
@@ -199,19 +200,10 @@ type Limits struct {
 // registering shards. 400 collects about a quarter as often; the memory limit still caps the
 // heap (docs/origin.md "Memory"; docs/decisions.md 2026-12-02 "Shard registration: the origin's
 // allocations").
-const DefaultGCPercent = 400
+const DefaultGCPercent = memtune.DefaultGCPercent
 
-// GCPercent is the collector setting to apply: 0 means leave the runtime's own.
-func (c *Config) GCPercent() int {
-	switch p := c.Limits.GCPercent; {
-	case p < 0:
-		return 0
-	case p == 0:
-		return DefaultGCPercent
-	default:
-		return p
-	}
-}
+// GCPercent is the collector target to apply (memtune.GCPercent): 0 means leave the runtime's own.
+func (c *Config) GCPercent() int { return memtune.GCPercent(c.Limits.GCPercent) }
 
 // WorkingSetBytes is the memory an origin needs besides its layout cache and ingest memory
 // (connections, request handling, index answers, the dedup filter, the runtime).
@@ -223,12 +215,10 @@ func (c *Config) MemoryBudget() int64 {
 	return max(c.Index.LayoutCache, 0) + c.Limits.IngestMemory + WorkingSetBytes
 }
 
-// MemoryLimit is the soft memory limit to apply, or a negative value for none.
+// MemoryLimit is the soft memory limit to apply (memtune.MemoryLimit), or a negative value for
+// none.
 func (c *Config) MemoryLimit() int64 {
-	if l := c.Limits.MemoryLimit; l != 0 {
-		return l
-	}
-	return c.MemoryBudget()
+	return memtune.MemoryLimit(c.Limits.MemoryLimit, c.MemoryBudget())
 }
 
 // Duration is a time.Duration written as a Go duration string ("20s") in JSON.
