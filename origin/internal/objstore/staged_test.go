@@ -185,16 +185,7 @@ func TestRemoveTemps(t *testing.T) {
 		t.Error("TempRemoverOf found a remover behind a store that does not unwrap")
 	}
 
-	stage := func(key, body string) *objstore.Staged {
-		st, err := l.Stage(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	stage := func(key, body string) *objstore.Staged { return stageBody(t, l, key, body) }
 	old := time.Now().Add(-2 * time.Hour)
 	// What a crashed writer leaves: its file, under a temporary name, held by no one (the
 	// file of a staged object, linked to a name of its own before the object is closed).
@@ -283,14 +274,8 @@ func TestStagedTempRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Stage(ctx, "xorbs/default/ee05")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stageBody(t, l, "xorbs/default/ee05", "body")
 	defer st.Close()
-	if _, err := st.Write([]byte("body")); err != nil {
-		t.Fatal(err)
-	}
 	tmp := putFiles(t, l.Root())
 	if len(tmp) != 1 {
 		t.Fatalf("temporary files: %v", tmp)
@@ -327,17 +312,7 @@ func TestStagedReplace(t *testing.T) {
 		b, _ := io.ReadAll(rc)
 		return string(b)
 	}
-	stage := func(key, body string) *objstore.Staged {
-		t.Helper()
-		st, err := l.Stage(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	stage := func(key, body string) *objstore.Staged { return stageBody(t, l, key, body) }
 	// Over another object, after a Commit that found the key taken.
 	const key = "xorbs/default/aa01"
 	if err := l.Create(ctx, key, strings.NewReader("other encoding"), 14); err != nil {
@@ -376,4 +351,17 @@ func TestStagedReplace(t *testing.T) {
 	if got := get(key2); got != "own" {
 		t.Fatalf("after Replace over its own link and Close: %q", got)
 	}
+}
+
+// stageBody stages an object of key on l and writes body to it, neither committed nor closed.
+func stageBody(t *testing.T, l *objstore.Local, key, body string) *objstore.Staged {
+	t.Helper()
+	st, err := l.Stage(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -6,16 +6,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/ingest"
 	"github.com/xetcdn/xetcdn/origin/internal/lifecycle"
 	"github.com/xetcdn/xetcdn/shared/auth"
-	"github.com/xetcdn/xetcdn/shared/xet/hash"
-	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
 // The two interleavings below are the 404 once seen in TestGCRace (docs/decisions.md,
@@ -108,28 +104,6 @@ func TestXorbUploadTempCollectedMidBody(t *testing.T) {
 	waitTemps(t, e, 0)
 }
 
-// pausedIndex holds PutXorb of one xorb until released: the moment between an upload's object
-// write and its index row, where a collection may delete the object as an orphan.
-type pausedIndex struct {
-	index.Index
-	x       hash.Hash
-	reached chan struct{}
-	release chan struct{}
-	once    sync.Once
-}
-
-func (p *pausedIndex) Unwrap() index.Index { return p.Index }
-
-func (p *pausedIndex) PutXorb(ctx context.Context, l *xorb.Layout, storedSize uint64) (bool, error) {
-	if l.Hash == p.x {
-		p.once.Do(func() {
-			close(p.reached)
-			<-p.release
-		})
-	}
-	return p.Index.PutXorb(ctx, l, storedSize)
-}
-
 // TestXorbUploadOrphanedBeforeIndexed: an upload stored its object and, before its index row
 // is in, a collection deletes that object as an orphan (its last write older than the grace
 // period) and looks at the upload's temporary file. The upload puts its bytes back
@@ -142,45 +116,19 @@ func TestXorbUploadOrphanedBeforeIndexed(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			idx, objs := b.open(t)
 			x := newRaceXorb(rand.New(rand.NewPCG(3, 4)))
-			p := &pausedIndex{Index: idx, x: x.layout.Hash, reached: make(chan struct{}), release: make(chan struct{})}
-			e := newEnvWith(t, p, objs)
-			released := false
-			defer func() {
-				if !released {
-					close(p.release)
-				}
-			}()
-			done := make(chan *http.Response, 1)
-			go func() {
-				done <- e.do("POST", "/v1/xorbs/default/"+x.layout.Hash.String(), e.token("models/t/orphan", auth.Write), x.body)
-			}()
-			select {
-			case <-p.reached:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the upload never reached its index write")
-			}
+			g := newHeldIndex(idx, x.layout.Hash, 1) // gc_encoding_test.go
+			defer g.open()
+			e := newEnvWith(t, g, objs)
+			done := e.postXorbAsync(x.layout.Hash, x.body)
+			waitFor(t, g.reached[1], "the upload at its index write")
 			if !e.stored(ingest.XorbKey(x.layout.Hash)) {
 				t.Fatal("no object before the index write")
 			}
 			time.Sleep(4 * tempGrace)
-			rep, err := lifecycle.GC(t.Context(), idx, objs, lifecycle.GCOptions{Grace: tempGrace})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Orphans != 1 || e.stored(ingest.XorbKey(x.layout.Hash)) {
-				t.Fatalf("the collection deleted %d orphans (object still there: %v); the interleaving needs the upload's",
-					rep.Orphans, e.stored(ingest.XorbKey(x.layout.Hash)))
-			}
-			released = true
-			close(p.release)
-			var resp *http.Response
-			select {
-			case resp = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no answer to the upload")
-			}
-			if body := read(t, resp); resp.StatusCode != http.StatusOK {
-				t.Fatalf("upload whose object was collected before its index row: %d %s; want 200", resp.StatusCode, body)
+			collectOrphan(t, e, idx, objs, x.layout.Hash)
+			close(g.gate[1])
+			if st, body := answer(t, done, "the upload"); st != http.StatusOK {
+				t.Fatalf("upload whose object was collected before its index row: %d %s; want 200", st, body)
 			}
 			checkStored(t, e, x)
 		})
@@ -200,56 +148,26 @@ func TestXorbUploadOrphanReadBack(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			idx, objs := b.open(t)
 			x := newRaceXorb(rand.New(rand.NewPCG(5, 6)))
-			l, area, err := xorb.Validate(x.body, xorb.ValidateOptions{Expect: &x.layout.Hash})
-			if err != nil {
-				t.Fatal(err)
-			}
-			obj := append(bytes.Clone(x.body[:area]), xorb.AppendFooter(nil, l, 0)...)
+			obj := storedForm(t, x.body, x.layout.Hash) // gc_encoding_test.go
 			key := ingest.XorbKey(x.layout.Hash)
 			if err := objs.Create(t.Context(), key, bytes.NewReader(obj), int64(len(obj))); err != nil {
 				t.Fatal(err)
 			}
 			// Old enough for the collection below (object stores' times may have 1 s steps).
 			time.Sleep(1100 * time.Millisecond)
-			p := &pausedIndex{Index: idx, x: x.layout.Hash, reached: make(chan struct{}), release: make(chan struct{})}
-			e := newEnvWith(t, p, objs)
-			released := false
-			defer func() {
-				if !released {
-					close(p.release)
-				}
-			}()
-			tok := e.token("models/t/readback", auth.Write)
-			path := "/v1/xorbs/default/" + x.layout.Hash.String()
-			done := make(chan *http.Response, 1)
-			go func() { done <- e.do("POST", path, tok, x.body) }()
-			select {
-			case <-p.reached:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the upload never reached its index write")
+			g := newHeldIndex(idx, x.layout.Hash, 1)
+			defer g.open()
+			e := newEnvWith(t, g, objs)
+			done := e.postXorbAsync(x.layout.Hash, x.body)
+			waitFor(t, g.reached[1], "the upload at its index write")
+			collectOrphan(t, e, idx, objs, x.layout.Hash)
+			close(g.gate[1])
+			st, body := answer(t, done, "the upload")
+			for attempt := 0; st == http.StatusServiceUnavailable && attempt < 3; attempt++ {
+				st, body = answer(t, e.postXorbAsync(x.layout.Hash, x.body), "the retry")
 			}
-			rep, err := lifecycle.GC(t.Context(), idx, objs, lifecycle.GCOptions{Grace: tempGrace})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Orphans != 1 || e.stored(key) {
-				t.Fatalf("the collection deleted %d orphans (object still there: %v); the interleaving needs the one under the upload's key",
-					rep.Orphans, e.stored(key))
-			}
-			released = true
-			close(p.release)
-			var resp *http.Response
-			select {
-			case resp = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no answer to the upload")
-			}
-			for attempt := 0; resp.StatusCode == http.StatusServiceUnavailable && attempt < 3; attempt++ {
-				read(t, resp)
-				resp = e.do("POST", path, tok, x.body)
-			}
-			if body := read(t, resp); resp.StatusCode != http.StatusOK {
-				t.Fatalf("upload: %d %s; want 200", resp.StatusCode, body)
+			if st != http.StatusOK {
+				t.Fatalf("upload: %d %s; want 200", st, body)
 			}
 			checkStored(t, e, x)
 		})

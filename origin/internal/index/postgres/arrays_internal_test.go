@@ -58,27 +58,7 @@ func TestArrayParams(t *testing.T) {
 // connections costs a few allocations for the whole batch, not some per array element (pgx's
 // reflective path boxed each element).
 func TestRegisterArgsEncoding(t *testing.T) {
-	db, err := Open(t.Context(), Options{DSN: FreshSchema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	g := indextest.NewGen(301)
-	var ops []*regOp
-	for range 16 {
-		b, err := index.NewBatch(g.Registration("models/o/r", 4, 4, 4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, &regOp{ctx: context.Background(), b: b})
-	}
-	conn, err := db.pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	m := conn.Conn().TypeMap()
-	args := registerArgs(ops)
+	m, args := batchArgs(t, 301, 0)
 	oids := []uint32{pgtype.ByteaArrayOID, pgtype.TextArrayOID, pgtype.ByteaArrayOID, pgtype.ByteaArrayOID,
 		pgtype.ByteaArrayOID, pgtype.TextArrayOID, pgtype.ByteaArrayOID, pgtype.ByteaArrayOID,
 		pgtype.ByteaArrayOID, pgtype.ByteaArrayOID, pgtype.ByteaArrayOID, pgtype.ByteaArrayOID}
@@ -113,7 +93,7 @@ func TestRegisterArgsEncoding(t *testing.T) {
 	encode()
 	if allocs := testing.AllocsPerRun(20, encode); allocs > float64(len(args)) {
 		t.Errorf("encoding the %d parameters (%d elements) of a batch of %d: %.0f allocations, want at most %d",
-			len(args), elems, len(ops), allocs, len(args))
+			len(args), elems, batchSize, allocs, len(args))
 	}
 }
 
@@ -121,29 +101,7 @@ func TestRegisterArgsEncoding(t *testing.T) {
 // statement, grows once for a whole registration batch (its first parameter reserves what all
 // take, paramsSize), not once or twice per array; and paramsSize is what they take.
 func TestRegisterArgsOneBuffer(t *testing.T) {
-	db, err := Open(t.Context(), Options{DSN: FreshSchema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	g := indextest.NewGen(302)
-	var ops []*regOp
-	for range 16 {
-		r := g.Registration("models/o/r", 4, 4, 4)
-		r.Body = make([]byte, 2000) // an inline body, as a 4-file upload shard has
-		b, err := index.NewBatch(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, &regOp{ctx: context.Background(), b: b})
-	}
-	conn, err := db.pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	m := conn.Conn().TypeMap()
-	args := registerArgs(ops)
+	m, args := batchArgs(t, 302, 2000) // an inline body, as a 4-file upload shard has
 	var encoded int
 	encode := func() {
 		b := make([]byte, 0, 256) // what pgx starts each statement with
@@ -199,4 +157,38 @@ func TestReserveSend(t *testing.T) {
 	if allocs := testing.AllocsPerRun(20, send); allocs > 3 && !raceEnabled { // the reserved buffer, the 1 KB pgx shrinks to, the boxed reserveMsg
 		t.Errorf("a %d-byte Bind: %.0f allocations, want 3", len(want), allocs)
 	}
+}
+
+// batchSize is the registrations in batchArgs' batch.
+const batchSize = 16
+
+// batchArgs returns the parameters of a batch of batchSize registrations of 4-file shards
+// (generator seed; bodies of body bytes when > 0) and the type map of an origin connection to
+// encode them with (its AfterConnect registered the typed arrays).
+func batchArgs(t *testing.T, seed uint64, body int) (*pgtype.Map, []any) {
+	t.Helper()
+	db, err := Open(t.Context(), Options{DSN: FreshSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	g := indextest.NewGen(seed)
+	var ops []*regOp
+	for range batchSize {
+		r := g.Registration("models/o/r", 4, 4, 4)
+		if body > 0 {
+			r.Body = make([]byte, body)
+		}
+		b, err := index.NewBatch(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, &regOp{ctx: context.Background(), b: b})
+	}
+	conn, err := db.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn.Conn().TypeMap(), registerArgs(ops)
 }
