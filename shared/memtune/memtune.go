@@ -5,6 +5,7 @@
 package memtune
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 )
@@ -27,6 +28,14 @@ func GCPercent(setting int) int {
 	default:
 		return setting
 	}
+}
+
+// CheckGCPercent refuses a limits.gc_percent setting below -1.
+func CheckGCPercent(setting int) error {
+	if setting < -1 {
+		return fmt.Errorf("limits.gc_percent %d: want a positive percentage, 0 (the default, %d) or -1 (the runtime's own)", setting, DefaultGCPercent)
+	}
+	return nil
 }
 
 // MemoryLimit resolves a limits.memory_limit setting against the server's memory budget: 0 is

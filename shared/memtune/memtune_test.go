@@ -47,3 +47,11 @@ func TestApply(t *testing.T) {
 		t.Errorf("gc percent %d after 0, want it unchanged (123)", p)
 	}
 }
+
+func TestCheckGCPercent(t *testing.T) {
+	for setting, ok := range map[int]bool{-2: false, -100: false, -1: true, 0: true, 400: true} {
+		if err := CheckGCPercent(setting); (err == nil) != ok {
+			t.Errorf("CheckGCPercent(%d) = %v, want ok %v", setting, err, ok)
+		}
+	}
+}

@@ -382,8 +382,8 @@ func (c *Config) Validate() error {
 		bad("cache.visibility_refresh_ahead %v must be below cache.visibility_ttl %v (0: a sixth of it, negative: off)",
 			c.Cache.VisibilityRefreshAhead.D(), c.Cache.VisibilityTTL.D())
 	}
-	if c.Limits.GCPercent < -1 {
-		bad("limits.gc_percent %d: want a positive percentage, 0 (the default, %d) or -1 (the runtime's own)", c.Limits.GCPercent, DefaultGCPercent)
+	if err := memtune.CheckGCPercent(c.Limits.GCPercent); err != nil {
+		bad("%v", err)
 	}
 	if c.Limits.ReconParallelAt < 1 {
 		bad("limits.recon_parallel_at must be at least 1")

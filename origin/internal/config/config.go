@@ -425,8 +425,8 @@ func (c *Config) Validate() error {
 	if c.Limits.IngestMemory < 128<<20 {
 		bad("limits.ingest_memory %d is below one maximal xorb (128 MiB)", c.Limits.IngestMemory)
 	}
-	if c.Limits.GCPercent < -1 {
-		bad("limits.gc_percent %d: want a positive percentage, 0 (the default, %d) or -1 (the runtime's own)", c.Limits.GCPercent, DefaultGCPercent)
+	if err := memtune.CheckGCPercent(c.Limits.GCPercent); err != nil {
+		bad("%v", err)
 	}
 	if l := c.Limits.MemoryLimit; l > 0 && l < 256<<20 {
 		bad("limits.memory_limit %d is below 256 MiB (0: the memory budget, negative: none)", l)

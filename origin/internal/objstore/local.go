@@ -134,7 +134,7 @@ func (l *Local) write(ctx context.Context, op, key string, r io.Reader, size int
 	if op == "create" {
 		return st.Commit(ctx)
 	}
-	return st.replace(ctx)
+	return st.Replace(ctx)
 }
 
 // Get implements ObjectStore. The reader is an *os.File.

@@ -64,7 +64,7 @@ func (o observedStager) Stage(ctx context.Context, key string) (*Staged, error) 
 type Staged struct {
 	l        *Local
 	stageOp  string // in the errors of Write and Close
-	op       string // in the errors of Commit and replace
+	op       string // in the errors of Commit and Replace
 	key, p   string
 	tmp      string
 	f        *os.File
@@ -158,21 +158,17 @@ func (s *Staged) Commit(ctx context.Context) (err error) {
 		}
 		return s.tempErr(err)
 	}
-	// Visible now. As in replace: a failed directory sync is reported, the object stays.
+	// Visible now. As in Replace: a failed directory sync is reported, the object stays.
 	if err := syncDir(filepath.Dir(s.p)); err != nil {
 		return s.l.ioErr(s.op, s.key, err)
 	}
 	return nil
 }
 
-// Replace is Commit as Put commits: the file is renamed over the key, replacing an object
-// there, and Close has no name left to remove. An upload puts its bytes back with it when the
-// key holds another encoding than the one its index row describes (ingest's ensureStored).
-func (s *Staged) Replace(ctx context.Context) error { return s.replace(ctx) }
-
-// replace is Commit for Put: the file is renamed over the key (replacing an object there), so
-// nothing is left for Close to remove.
-func (s *Staged) replace(ctx context.Context) error {
+// Replace is Commit as Put commits: the file is renamed over the key (replacing an object
+// there), so nothing is left for Close to remove. An upload puts its bytes back with it when
+// the key holds another encoding than the one its index row describes (ingest's ensureStored).
+func (s *Staged) Replace(ctx context.Context) error {
 	if err := s.sync(ctx); err != nil {
 		return err
 	}

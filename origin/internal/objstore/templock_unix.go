@@ -14,10 +14,7 @@ import (
 // when a collector took the file first (its flock is held, or the file is already removed):
 // the caller creates another.
 func lockTemp(f *os.File) (bool, error) {
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return false, nil
-		}
+	if ok, err := tryLockTemp(f); err != nil || !ok {
 		return false, err
 	}
 	var st syscall.Stat_t
