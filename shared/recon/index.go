@@ -1,6 +1,7 @@
 package recon
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -38,13 +39,8 @@ func indexTerms(terms []Term) *termIndex {
 		x, ok := int32(0), false
 		if seen != nil {
 			x, ok = seen[*h]
-		} else {
-			for j := range ix.xorbs {
-				if ix.xorbs[j] == *h {
-					x, ok = int32(j), true
-					break
-				}
-			}
+		} else if j := slices.Index(ix.xorbs, *h); j >= 0 {
+			x, ok = int32(j), true
 		}
 		if !ok {
 			x = int32(len(ix.xorbs))

@@ -210,7 +210,7 @@ func useX(n int) bool { return n >= blake3x.MinLen && blake3x.Enabled() }
 // KeyedHasher hashes many messages under one key, paying the key schedule and the hasher's
 // allocation once instead of per message. A KeyedHasher is not safe for concurrent use.
 type KeyedHasher struct {
-	h  *blake3.Hasher // short messages and SumHashes
+	h  *blake3.Hasher // short messages
 	x  blake3x.Hasher // long messages where blake3x.Enabled (inline: no allocation of its own)
 	xk bool           // x is set up
 }

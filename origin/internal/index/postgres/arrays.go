@@ -43,25 +43,19 @@ func paramsSize(args []any) int {
 	for _, a := range args {
 		switch a := a.(type) {
 		case byteaArray:
-			n += a.encodedSize()
+			n += encodedSize(a)
 		case textArray:
-			n += a.encodedSize()
+			n += encodedSize(a)
 		case sizedArray:
-			n += a.a.encodedSize()
+			n += encodedSize(a.a)
 		}
 	}
 	return n
 }
 
-func (a byteaArray) encodedSize() int {
-	n := 20
-	for _, e := range a {
-		n += 4 + len(e)
-	}
-	return n
-}
-
-func (a textArray) encodedSize() int {
+// encodedSize is the binary size of a one-dimensional array of a's elements: a 20-byte header,
+// then a length word and the bytes of each.
+func encodedSize[E []byte | string](a []E) int {
 	n := 20
 	for _, e := range a {
 		n += 4 + len(e)
