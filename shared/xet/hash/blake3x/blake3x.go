@@ -88,7 +88,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	var (
 		lanes [16]unsafe.Pointer // per lane: its input
 		ctr   [32]uint32         // per lane: counter low words, then high words
-		out   [128]uint32        // chaining values out of the kernel: word w of lane l at 16*w+l
+		out   [128]uint32        // chaining values out of the kernel: word w of lane l at 8*l+w
 	)
 	// Chunks, 16 at a time. A partial last chunk rides in the last batch as its tail lane,
 	// read from a zero-padded copy.
@@ -120,7 +120,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 			}
 		}
 		h.compress16(&lanes, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
-		untranspose(cvs[8*i:], &out, used)
+		copy(cvs[8*i:8*(i+used)], out[:8*used])
 	}
 
 	// Parent levels: pair neighbours, carry an odd last node up unchanged. This builds the same
@@ -139,7 +139,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 				}
 			}
 			h.compress16(&lanes, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
-			untranspose(cvs[8*j:], &out, used)
+			copy(cvs[8*j:8*(j+used)], out[:8*used])
 		}
 		if n%2 == 1 {
 			copy(cvs[8*pairs:8*pairs+8], cvs[8*(n-1):8*n])
@@ -169,7 +169,7 @@ type tail struct {
 // compress16 compresses blocks consecutive 64-byte blocks in each of 16 lanes: lane l reads
 // lanes[l], starts from the key, uses counter ctr[l] | ctr[16+l]<<32 and flags (start added on
 // the first block, end on the last, except for the tail lane: see tail), and leaves word w of
-// its chaining value in out[16*w+l]. It runs the kernel where enabled, portable code elsewhere.
+// its chaining value in out[8*l+w]. It runs the kernel where enabled, portable code elsewhere.
 func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
 	if enabled {
 		kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
@@ -199,18 +199,6 @@ func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint
 				break
 			}
 		}
-		for w := range 8 {
-			out[16*w+l] = cv[w]
-		}
-	}
-}
-
-// untranspose copies the chaining values of the first lanes of out to dst, 8 words each.
-func untranspose(dst []uint32, out *[128]uint32, lanes int) {
-	dst = dst[:8*lanes]
-	for l := range lanes {
-		d := dst[8*l : 8*l+8]
-		d[0], d[1], d[2], d[3] = out[l], out[16+l], out[32+l], out[48+l]
-		d[4], d[5], d[6], d[7] = out[64+l], out[80+l], out[96+l], out[112+l]
+		copy(out[8*l:8*l+8], cv[:])
 	}
 }

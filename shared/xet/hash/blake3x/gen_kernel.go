@@ -167,7 +167,6 @@ func main() {
 	emit("MOVL end+40(FP), R12")
 	emit("MOVL tailMask+44(FP), AX")
 	emit("KMOVW AX, K3") // the lane whose input ends early, if any
-	emit("KNOTW K3, K4") // the lanes that run all blocks
 	// R13: the value of DX (blocks left, counting this one) at the tail lane's last block.
 	emit("MOVQ DX, R13")
 	emit("SUBQ tailLast+48(FP), R13")
@@ -234,8 +233,8 @@ func main() {
 	for i := 0; i < 8; i++ {
 		emit("VPXORD %s, Z%d, Z%d", z(v[8+i]), i, i)
 	}
-	// After the tail lane's last block, store every lane; the other lanes overwrite theirs at
-	// the end, so the tail lane keeps this chaining value.
+	// After the tail lane's last block, park every lane's chaining value in out (word-major);
+	// the tail lane's is merged back below.
 	emit("CMPQ DX, R13")
 	emit("JNE notailout")
 	for i := 0; i < 8; i++ {
@@ -245,13 +244,59 @@ func main() {
 	emit("ADDQ $64, SI")
 	emit("DECQ DX")
 	emit("JNZ loop")
+	// The tail lane (mask K3, none when 0) takes its parked chaining value back.
 	for i := 0; i < 8; i++ {
-		emit("VMOVDQU32 Z%d, K4, %d(DI)", i, 64*i)
+		emit("VMOVDQU32 %d(DI), K3, Z%d", 64*i, i)
 	}
+	untransposeOut()
 	emit("VZEROUPPER")
 	emit("RET")
 	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// untransposeOut stores the chaining values in Z0..Z7 (word w of every lane in Zw) to out
+// lane by lane (8 words of lane l at out[8*l:]), so that the caller copies them in one piece:
+// an 8x16 transpose in four shuffle stages, 32 shuffles for 16 lanes, where the Go code
+// needed 128 scalar loads and stores.
+func untransposeOut() {
+	a := &alloc{}
+	for r := 8; r < 32; r++ {
+		a.free = append(a.free, r)
+	}
+	// Stage 1: lo[p], per 128-bit block s: words 2p, 2p+1 of lanes 4s, 4s+1; hi[p]: of lanes
+	// 4s+2, 4s+3.
+	var lo, hi [4]int
+	for p := 0; p < 4; p++ {
+		lo[p], hi[p] = pairOp(a, "VPUNPCKLDQ", "VPUNPCKHDQ", 2*p, 2*p+1)
+	}
+	// Stage 2: A[k], block s: words 0..3 of lane 4s+k; B[k]: words 4..7.
+	var A, B [4]int
+	A[0], A[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[0], lo[1])
+	A[2], A[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[0], hi[1])
+	B[0], B[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[2], lo[3])
+	B[2], B[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[2], hi[3])
+	// Stage 3: P[k][0] = [A[k].0 A[k].1 B[k].0 B[k].1], P[k][1] = the same of blocks 2, 3.
+	var P [4][2]int
+	for k := 0; k < 4; k++ {
+		P[k][0], P[k][1] = a.get(), a.get()
+		emit("VSHUFI32X4 $0x44, %s, %s, %s", z(B[k]), z(A[k]), z(P[k][0]))
+		emit("VSHUFI32X4 $0xEE, %s, %s, %s", z(B[k]), z(A[k]), z(P[k][1]))
+		a.put(A[k])
+		a.put(B[k])
+	}
+	// Stage 4: lanes 4s+k, 4s+k+1 (k even) = [A[k].s B[k].s A[k+1].s B[k+1].s], 32 bytes a lane.
+	for h := 0; h < 2; h++ {
+		for k := 0; k < 4; k += 2 {
+			for i, imm := range []string{"$0x88", "$0xDD"} {
+				s := 2*h + i
+				r := a.get()
+				emit("VSHUFI32X4 %s, %s, %s, %s", imm, z(P[k+1][h]), z(P[k][h]), z(r))
+				emit("VMOVDQU32 %s, %d(DI)", z(r), 32*(4*s+k))
+				a.put(r)
+			}
+		}
 	}
 }
 
