@@ -119,7 +119,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 				lanes[l] = lanes[0] // idle: any valid input; the output is dropped
 			}
 		}
-		h.compress16(&lanes, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
+		h.compress16(&lanes, used, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
 		copy(cvs[8*i:8*(i+used)], out[:8*used])
 	}
 
@@ -138,7 +138,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 					lanes[l] = unsafe.Pointer(&cvs[16*(j+l)])
 				}
 			}
-			h.compress16(&lanes, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
+			h.compress16(&lanes, used, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
 			copy(cvs[8*j:8*(j+used)], out[:8*used])
 		}
 		if n%2 == 1 {
@@ -166,16 +166,21 @@ type tail struct {
 	flags uint32
 }
 
-// compress16 compresses blocks consecutive 64-byte blocks in each of 16 lanes: lane l reads
-// lanes[l], starts from the key, uses counter ctr[l] | ctr[16+l]<<32 and flags (start added on
-// the first block, end on the last, except for the tail lane: see tail), and leaves word w of
-// its chaining value in out[8*l+w]. It runs the kernel where enabled, portable code elsewhere.
-func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
+// compress16 compresses blocks consecutive 64-byte blocks in each of the first used lanes (at
+// most 16; the kernel may run idle lanes too): lane l reads lanes[l], starts from the key, uses
+// counter ctr[l] | ctr[16+l]<<32 and flags (start added on the first block, end on the last,
+// except for the tail lane: see tail), and leaves word w of its chaining value in out[8*l+w].
+// It runs the kernel where enabled (the 8-lane one for up to 8 lanes), portable code elsewhere.
+func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, used, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
 	if enabled {
-		kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		if used <= 8 {
+			kernel8(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		} else {
+			kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		}
 		return
 	}
-	for l := range 16 {
+	for l := range used {
 		cv := h.key
 		var m [16]uint32
 		for b := range blocks {

@@ -17,3 +17,9 @@ var haveKernel = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512B
 //
 //go:noescape
 func kernel16(lanes *[16]unsafe.Pointer, blocks int, key *[8]uint32, ctr *[32]uint32, flags, start, end, tailMask uint32, tailLast int, tailLen, tailFlags uint32, out *[128]uint32)
+
+// kernel8 is kernel16 on ymm registers for the first 8 lanes only (lanes[8:] and the upper
+// halves of ctr and out are not touched): the cheaper kernel for batches of at most 8 inputs.
+//
+//go:noescape
+func kernel8(lanes *[16]unsafe.Pointer, blocks int, key *[8]uint32, ctr *[32]uint32, flags, start, end, tailMask uint32, tailLast int, tailLen, tailFlags uint32, out *[128]uint32)
