@@ -1,11 +1,12 @@
 // Package blake3x computes keyed BLAKE3 hashes of whole messages of at least two BLAKE3 chunks
 // (more than 1 KiB) with an AVX-512 kernel that runs the compression function for 16 inputs at
 // once, one per 32-bit lane of the zmm registers: first 16 chunks at a time, then the parent
-// nodes of the tree level by level, 16 at a time. A partial last chunk is a lane of the last
+// nodes of the tree level by level, 16 at a time; batches of at most 8 inputs run on the same
+// kernel written for 8 lanes of the ymm registers. A partial last chunk is a lane of the last
 // batch that stops early; the root node is compressed by the portable code in this package.
 //
 // It is the fast path of package hash for long messages (chunk hashes of Xet chunks are
-// 8-128 KiB); package hash falls back to github.com/zeebo/blake3 for short messages and where
+// 8-128 KiB); package hash falls back to github.com/zeebo/blake3 for one-chunk messages and where
 // Enabled reports false: a CPU or OS without AVX512F/VL/BW, a non-amd64 build, the purego build
 // tag, or XETCDN_BLAKE3=generic in the environment. Why the project carries its own kernel:
 // docs/decisions.md (2026-12-02, AVX-512 BLAKE3).
@@ -32,9 +33,11 @@ const (
 	flagRoot       = 1 << 3
 	flagKeyed      = 1 << 4
 
-	// MinLen is the shortest message worth the kernel: 16 chunks fill its 16 lanes. Below it
-	// zeebo/blake3's 8-lane AVX2 code is as fast.
-	MinLen = 16 * ChunkLen
+	// MinLen is the shortest message worth the kernel: every message of two chunks or more.
+	// Up to 8 chunks run on the 8-lane kernel, which even with idle lanes beats zeebo/blake3
+	// (its 8-lane AVX2 code only starts at 8 chunks; measured 1.35x at 2 KiB + 1, 1.5x at
+	// 4-8 KiB, 1.9x at 12 KiB: perf/BENCHMARKS.md, 2026-12-02, blake3x tuning).
+	MinLen = ChunkLen + 1
 
 	// inlineCVs is the chaining-value scratch a Hasher holds inline (in words: 8 per chunk, up to
 	// 128 KiB messages, the largest Xet chunk), so hashing allocates nothing; longer messages use
