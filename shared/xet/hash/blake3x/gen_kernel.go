@@ -1,7 +1,8 @@
 //go:build ignore
 
 // gen_kernel writes kernel_amd64.s: the AVX-512 kernel that runs the BLAKE3 compression
-// function for 16 independent inputs at once, one input per 32-bit lane of the zmm registers.
+// function for 16 independent inputs at once, one input per 32-bit lane of the zmm registers
+// (kernel16), and the same code on ymm registers for 8 inputs (kernel8).
 // Run it with `go generate` in this directory (see blake3x.go).
 //
 // Register plan per 64-byte block:

@@ -8,9 +8,10 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// haveKernel: the kernel needs AVX512F (zmm arithmetic, rotates, dword moves) and AVX512BW/VL
-// are checked too, as the set every AVX-512 CPU since Skylake-SP has; x/sys/cpu also checks that
-// the OS saves the zmm and mask registers.
+// haveKernel: the kernels need AVX512F (zmm arithmetic, rotates, dword moves) and AVX512VL
+// (kernel8: the same on ymm registers, Y16-Y31); AVX512BW is checked too, as the set every
+// AVX-512 CPU since Skylake-SP has; x/sys/cpu also checks that the OS saves the zmm and mask
+// registers.
 var haveKernel = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW
 
 // kernel16 is compress16 in AVX-512 (see there).
