@@ -27,7 +27,8 @@ func TestLongMessagesMatchZeebo(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	lengths := []int{0, 1, 63, 64, 65, 1023, 1024, 1025, 8 << 10, 16<<10 - 1, 16 << 10, 16<<10 + 1,
+	lengths := []int{0, 1, 63, 64, 65, 1023, 1024, 1025, 2 << 10, 2<<10 + 1, 7<<10 + 5, 8 << 10, 8<<10 + 1,
+		9<<10 - 1, 12 << 10, 16<<10 - 1, 16 << 10, 16<<10 + 1,
 		32 << 10, 64<<10 - 1, 64 << 10, 64<<10 + 1, 128 << 10, 128<<10 + 1, 300 << 10}
 	for range 20 {
 		lengths = append(lengths, rng.IntN(len(data)+1))

@@ -202,9 +202,9 @@ func Keyed(key Hash, msg []byte) Hash {
 	return out
 }
 
-// useX reports whether a message of n bytes is hashed by blake3x's AVX-512 kernel (16 chunks
-// at once) rather than zeebo/blake3 (8 at once with AVX2): on CPUs that have it, from 16 KiB up
-// (docs/decisions.md, 2026-12-02, AVX-512 BLAKE3).
+// useX reports whether a message of n bytes is hashed by blake3x's AVX-512 kernel (16 or 8
+// chunks at once) rather than zeebo/blake3 (8 at once with AVX2): on CPUs that have it, from two
+// chunks up (docs/decisions.md, 2026-12-02, AVX-512 BLAKE3, and the blake3x tuning after it).
 func useX(n int) bool { return n >= blake3x.MinLen && blake3x.Enabled() }
 
 // KeyedHasher hashes many messages under one key, paying the key schedule and the hasher's

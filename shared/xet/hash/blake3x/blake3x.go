@@ -1,11 +1,12 @@
 // Package blake3x computes keyed BLAKE3 hashes of whole messages of at least two BLAKE3 chunks
 // (more than 1 KiB) with an AVX-512 kernel that runs the compression function for 16 inputs at
 // once, one per 32-bit lane of the zmm registers: first 16 chunks at a time, then the parent
-// nodes of the tree level by level, 16 at a time. A partial last chunk is a lane of the last
+// nodes of the tree level by level, 16 at a time; batches of at most 8 inputs run on the same
+// kernel written for 8 lanes of the ymm registers. A partial last chunk is a lane of the last
 // batch that stops early; the root node is compressed by the portable code in this package.
 //
 // It is the fast path of package hash for long messages (chunk hashes of Xet chunks are
-// 8-128 KiB); package hash falls back to github.com/zeebo/blake3 for short messages and where
+// 8-128 KiB); package hash falls back to github.com/zeebo/blake3 for one-chunk messages and where
 // Enabled reports false: a CPU or OS without AVX512F/VL/BW, a non-amd64 build, the purego build
 // tag, or XETCDN_BLAKE3=generic in the environment. Why the project carries its own kernel:
 // docs/decisions.md (2026-12-02, AVX-512 BLAKE3).
@@ -32,9 +33,11 @@ const (
 	flagRoot       = 1 << 3
 	flagKeyed      = 1 << 4
 
-	// MinLen is the shortest message worth the kernel: 16 chunks fill its 16 lanes. Below it
-	// zeebo/blake3's 8-lane AVX2 code is as fast.
-	MinLen = 16 * ChunkLen
+	// MinLen is the shortest message worth the kernel: every message of two chunks or more.
+	// Up to 8 chunks run on the 8-lane kernel, which even with idle lanes beats zeebo/blake3
+	// (its 8-lane AVX2 code only starts at 8 chunks; measured 1.35x at 2 KiB + 1, 1.5x at
+	// 4-8 KiB, 1.9x at 12 KiB: perf/BENCHMARKS.md, 2026-12-02, blake3x tuning).
+	MinLen = ChunkLen + 1
 
 	// inlineCVs is the chaining-value scratch a Hasher holds inline (in words: 8 per chunk, up to
 	// 128 KiB messages, the largest Xet chunk), so hashing allocates nothing; longer messages use
@@ -88,7 +91,7 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 	var (
 		lanes [16]unsafe.Pointer // per lane: its input
 		ctr   [32]uint32         // per lane: counter low words, then high words
-		out   [128]uint32        // chaining values out of the kernel: word w of lane l at 16*w+l
+		out   [128]uint32        // chaining values out of the kernel: word w of lane l at 8*l+w
 	)
 	// Chunks, 16 at a time. A partial last chunk rides in the last batch as its tail lane,
 	// read from a zero-padded copy.
@@ -119,8 +122,8 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 				lanes[l] = lanes[0] // idle: any valid input; the output is dropped
 			}
 		}
-		h.compress16(&lanes, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
-		untranspose(cvs[8*i:], &out, used)
+		h.compress16(&lanes, used, blocks, &ctr, flagKeyed, flagChunkStart, flagChunkEnd, t, &out)
+		copy(cvs[8*i:8*(i+used)], out[:8*used])
 	}
 
 	// Parent levels: pair neighbours, carry an odd last node up unchanged. This builds the same
@@ -138,8 +141,8 @@ func (h *Hasher) Sum(msg []byte) [32]byte {
 					lanes[l] = unsafe.Pointer(&cvs[16*(j+l)])
 				}
 			}
-			h.compress16(&lanes, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
-			untranspose(cvs[8*j:], &out, used)
+			h.compress16(&lanes, used, 1, &ctr, flagKeyed|flagParent, 0, 0, tail{last: -1}, &out)
+			copy(cvs[8*j:8*(j+used)], out[:8*used])
 		}
 		if n%2 == 1 {
 			copy(cvs[8*pairs:8*pairs+8], cvs[8*(n-1):8*n])
@@ -166,16 +169,21 @@ type tail struct {
 	flags uint32
 }
 
-// compress16 compresses blocks consecutive 64-byte blocks in each of 16 lanes: lane l reads
-// lanes[l], starts from the key, uses counter ctr[l] | ctr[16+l]<<32 and flags (start added on
-// the first block, end on the last, except for the tail lane: see tail), and leaves word w of
-// its chaining value in out[16*w+l]. It runs the kernel where enabled, portable code elsewhere.
-func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
+// compress16 compresses blocks consecutive 64-byte blocks in each of the first used lanes (at
+// most 16; the kernel may run idle lanes too): lane l reads lanes[l], starts from the key, uses
+// counter ctr[l] | ctr[16+l]<<32 and flags (start added on the first block, end on the last,
+// except for the tail lane: see tail), and leaves word w of its chaining value in out[8*l+w].
+// It runs the kernel where enabled (the 8-lane one for up to 8 lanes), portable code elsewhere.
+func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, used, blocks int, ctr *[32]uint32, flags, start, end uint32, t tail, out *[128]uint32) {
 	if enabled {
-		kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		if used <= 8 {
+			kernel8(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		} else {
+			kernel16(lanes, blocks, &h.key, ctr, flags, start, end, t.mask, t.last, t.blen, t.flags, out)
+		}
 		return
 	}
-	for l := range 16 {
+	for l := range used {
 		cv := h.key
 		var m [16]uint32
 		for b := range blocks {
@@ -199,18 +207,6 @@ func (h *Hasher) compress16(lanes *[16]unsafe.Pointer, blocks int, ctr *[32]uint
 				break
 			}
 		}
-		for w := range 8 {
-			out[16*w+l] = cv[w]
-		}
-	}
-}
-
-// untranspose copies the chaining values of the first lanes of out to dst, 8 words each.
-func untranspose(dst []uint32, out *[128]uint32, lanes int) {
-	dst = dst[:8*lanes]
-	for l := range lanes {
-		d := dst[8*l : 8*l+8]
-		d[0], d[1], d[2], d[3] = out[l], out[16+l], out[32+l], out[48+l]
-		d[4], d[5], d[6], d[7] = out[64+l], out[80+l], out[96+l], out[112+l]
+		copy(out[8*l:8*l+8], cv[:])
 	}
 }

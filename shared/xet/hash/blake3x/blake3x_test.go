@@ -50,10 +50,12 @@ func testInput(n int) []byte {
 var testKey = func() (k [32]byte) { copy(k[:], "whats the Elvish word for friend"); return }()
 
 // boundaryLengths are the lengths where the chunk batching, the partial last chunk, the partial
-// last batch and the tree shape change.
+// last batch, the choice of the 8- or 16-lane kernel (a last batch of 8 or 9 chunks: 24, 25,
+// 40, 41; a tree level of 8 or 9 pairs: 16-19, 144-147 chunks) and the tree shape change.
 func boundaryLengths() []int {
 	var ls []int
-	for _, c := range []int{1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300} {
+	for _, c := range []int{1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 18, 19, 23, 24, 25, 31, 32, 33, 40, 41, 47, 48, 63, 64, 65,
+		127, 128, 129, 144, 145, 146, 147, 255, 256, 257, 300} {
 		for _, d := range []int{-65, -64, -63, -1, 0, 1, 63, 64, 65} {
 			if n := c*ChunkLen + d; n > ChunkLen {
 				ls = append(ls, n)
@@ -150,7 +152,7 @@ func FuzzSum(f *testing.F) {
 // BenchmarkSum compares zeebo/blake3 and this package on message sizes of Xet chunks, side by
 // side in one run: go test -run XXX -bench Sum -count 6 ./shared/xet/hash/blake3x
 func BenchmarkSum(b *testing.B) {
-	for _, size := range []int{8 << 10, 64 << 10, 64<<10 + 1000, 128 << 10} {
+	for _, size := range []int{2<<10 + 1, 8 << 10, 12 << 10, 64 << 10, 64<<10 + 1000, 128 << 10} {
 		msg := testInput(size)
 		b.Run(fmt.Sprintf("zeebo/%d", size), func(b *testing.B) {
 			h, _ := blake3.NewKeyed(testKey[:])
