@@ -18,8 +18,19 @@ import (
 // TestMigrationVisibilityByFile: visibility rows written under schema 7 (primary key (scope,
 // file), index on file) are all there after migration 0008, keyed by (file, scope) with an index
 // on scope and no index on file alone; the lookups, the paging in (file, scope) order, a scope's
-// deletion and a registration of a row already there behave as before.
+// deletion and a registration of a row already there behave as before. Also when the operator
+// built the new indexes beforehand, concurrently (docs/origin.md): the migration uses them.
 func TestMigrationVisibilityByFile(t *testing.T) {
+	for _, prebuilt := range []bool{false, true} {
+		name := "migration builds the indexes"
+		if prebuilt {
+			name = "indexes built concurrently before"
+		}
+		t.Run(name, func(t *testing.T) { testMigrationVisibilityByFile(t, prebuilt) })
+	}
+}
+
+func testMigrationVisibilityByFile(t *testing.T, prebuilt bool) {
 	ctx := t.Context()
 	dsn := postgres.FreshSchema(t)
 	if err := postgres.MigrateTo(ctx, dsn, 7); err != nil {
@@ -51,6 +62,18 @@ func TestMigrationVisibilityByFile(t *testing.T) {
 			want[index.VisibleKey{Scope: r.Scope, File: f.Hash}] = true
 		}
 	}
+	var oids []uint32
+	if prebuilt {
+		for _, q := range []string{
+			`CREATE UNIQUE INDEX CONCURRENTLY visibility_file_scope ON visibility(file, scope)`,
+			`CREATE INDEX CONCURRENTLY visibility_scope ON visibility(scope)`,
+		} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oids = indexOIDs(t, conn)
+	}
 	conn.Close(ctx)
 
 	db, err := postgres.Open(ctx, postgres.Options{DSN: dsn})
@@ -81,6 +104,9 @@ func TestMigrationVisibilityByFile(t *testing.T) {
 	if len(defs) != 2 || !strings.Contains(defs[0], "UNIQUE INDEX visibility_pkey ON ") || !strings.HasSuffix(defs[0], "(file, scope)") ||
 		!strings.Contains(defs[1], "INDEX visibility_scope ON ") || !strings.HasSuffix(defs[1], "(scope)") {
 		t.Fatalf("visibility's indexes after the migration:\n%v\nwant the primary key on (file, scope) and visibility_scope on (scope)", defs)
+	}
+	if got := indexOIDs(t, conn); prebuilt && !slices.Equal(got, oids) {
+		t.Fatalf("index oids %v after the migration, %v before: the indexes built beforehand were not used", got, oids)
 	}
 
 	// Every row, once, in (file, scope) order, over pages that split one file's rows.
@@ -147,4 +173,18 @@ func TestMigrationVisibilityByFile(t *testing.T) {
 	if len(es) != 5 || slices.ContainsFunc(es, func(e index.FileEntry) bool { return !e.Visible }) {
 		t.Fatalf("Files after the deletion = %+v; want 5, each visible in some scope", es)
 	}
+}
+
+// indexOIDs returns the oids of visibility's indexes on (file, scope) and on (scope), in that
+// order, whatever their names.
+func indexOIDs(t *testing.T, conn *pgx.Conn) []uint32 {
+	t.Helper()
+	var a, b uint32
+	err := conn.QueryRow(t.Context(), `SELECT
+	(SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'visibility'::regclass AND i.indkey::text = (SELECT attnum FROM pg_attribute WHERE attrelid = 'visibility'::regclass AND attname = 'file') || ' ' || (SELECT attnum FROM pg_attribute WHERE attrelid = 'visibility'::regclass AND attname = 'scope')),
+	(SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'visibility'::regclass AND i.indkey::text = (SELECT attnum FROM pg_attribute WHERE attrelid = 'visibility'::regclass AND attname = 'scope')::text)`).Scan(&a, &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []uint32{a, b}
 }

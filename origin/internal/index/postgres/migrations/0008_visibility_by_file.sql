@@ -4,9 +4,25 @@
 -- old visibility_file's, but the scope index's new entries, equal keys ordered by heap position,
 -- land at the end of their scope's run, on a page the registrations of that scope keep cached.
 -- Every (scope, file) probe stays a primary-key probe; "visible in any scope" is a prefix of it.
--- Rebuilding both indexes holds an exclusive lock on visibility for the migration's duration
--- (docs/origin.md, "Upgrading": about N s at 10^7 rows on 2 cores).
+--
+-- Building the two indexes here holds an exclusive lock on visibility (no download or
+-- registration proceeds) for about a minute at 10^7 rows. An operator who built them beforehand
+-- without that lock (docs/origin.md, "Upgrading to migration 0008":
+-- CREATE UNIQUE INDEX CONCURRENTLY visibility_file_scope ON visibility(file, scope);
+-- CREATE INDEX CONCURRENTLY visibility_scope ON visibility(scope)) leaves only the swap below.
+-- An index such a build left invalid (interrupted) is built again.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('visibility_file_scope') AND NOT indisvalid) THEN
+        DROP INDEX visibility_file_scope;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('visibility_scope') AND NOT indisvalid) THEN
+        DROP INDEX visibility_scope;
+    END IF;
+END $$;
+CREATE UNIQUE INDEX IF NOT EXISTS visibility_file_scope ON visibility(file, scope);
+CREATE INDEX IF NOT EXISTS visibility_scope ON visibility(scope);
 ALTER TABLE visibility DROP CONSTRAINT visibility_pkey;
+-- Renames visibility_file_scope to visibility_pkey.
+ALTER TABLE visibility ADD CONSTRAINT visibility_pkey PRIMARY KEY USING INDEX visibility_file_scope;
 DROP INDEX visibility_file;
-ALTER TABLE visibility ADD CONSTRAINT visibility_pkey PRIMARY KEY (file, scope);
-CREATE INDEX visibility_scope ON visibility(scope);
