@@ -20,7 +20,7 @@
 //
 //	files           hash PK ─── record blob                        first registration wins
 //	                  ▲
-//	visibility      (scope, file) PK                               File(h, scope), Hide
+//	visibility      (scope, file) PK (Postgres: (file, scope))     File(h, scope), Hide
 //
 //	shards          hash PK ─── scope, xorbs (n × 32 bytes, shard order),  ShardBody
 //	                  ▲         body (the shard itself when kept inline; NULL = in the object store),
@@ -37,7 +37,9 @@
 //
 //	condemned       xorb PK ─── at                                 Condemn, Revive (lifecycle.go)
 //	swept           xorb PK ─── at, done (object deleted)          Sweep, Swept, ObjectsDeleted
-//	visibility_file index on visibility(file)                      Files, Sweep re-check
+//	visibility_file index on visibility(file) (SQLite; Postgres    Files, Sweep re-check,
+//	                probes its visibility PK (file, scope))        VisibleFiles
+//	visibility_scope index on visibility(scope) (Postgres)         Delete of a whole scope
 //	condemned_shards shard PK ── at                                CondemnShards, SweepShards
 //	possession_xorb index on possession(xorb)                      Sweep
 //

@@ -23,9 +23,10 @@ type Lifecycle interface {
 	// the files (or no file of the scope) was visible, it records nothing and returns an
 	// error wrapping ErrNotFound.
 	Delete(ctx context.Context, scope string, files []hash.Hash) (int, error)
-	// VisibleFiles returns up to limit visibility rows after the key after, in (scope, file) order
-	// (scopes compared bytewise), each with its file's stored record (recon.FileRecord's
-	// encoding). Pass the last key returned to get the next page; the zero key starts at the
+	// VisibleFiles returns up to limit visibility rows after the key after, in (file, scope) order
+	// (scopes compared bytewise; the order of Postgres's primary key, docs/decisions.md,
+	// "Visibility keyed by (file, scope)"), each with its file's stored record
+	// (recon.FileRecord's encoding). Pass the last key returned to get the next page; the zero key starts at the
 	// beginning. A limit <= 0 or above MaxVisiblePage means MaxVisiblePage.
 	VisibleFiles(ctx context.Context, after VisibleKey, limit int) ([]VisibleFile, error)
 
@@ -102,7 +103,7 @@ var ErrXorbGone = errors.New("index: xorb was garbage-collected")
 // MaxVisiblePage is the most rows one Visible call returns.
 const MaxVisiblePage = 1000
 
-// VisibleKey is a position in the (scope, file) order of Visible.
+// VisibleKey is a position in the (file, scope) order of VisibleFiles.
 type VisibleKey struct {
 	Scope string
 	File  hash.Hash

@@ -55,16 +55,18 @@ type Totals struct {
 	Xorbs       int64  `json:"xorbs"`
 }
 
-// Compute walks every visible (scope, file) row once (index.Lifecycle.Visible, page by page)
-// and asks the stored size of every referenced xorb once. Its memory is about 40 bytes per
-// referenced xorb (plus 4 per extra scope of a shared one); its index calls, one per page of
-// visibility rows plus one per xorb. A scope that reaches its files through later roots
-// (repository history) is counted the same way once those roots are walked here.
+// Compute walks every visible (scope, file) row once (index.Lifecycle.VisibleFiles, page by
+// page, in file order) and asks the stored size of every referenced xorb once. Its memory is
+// about 40 bytes per referenced xorb (plus 4 per extra scope of a shared one) and a few per
+// scope; its index calls, one per page of visibility rows plus one per xorb. A scope that
+// reaches its files through later roots (repository history) is counted the same way once those
+// roots are walked here.
 func Compute(ctx context.Context, ix Index) (*Usage, error) {
 	u := &Usage{Scopes: []ScopeUsage{}}
-	// The scopes (indexes into u.Scopes) referencing each xorb, ascending: Visible walks the
-	// scopes in order, so a scope is new to a xorb's list iff it is not its last entry.
+	// The scopes (indexes into u.Scopes, in the order first met) referencing each xorb, sorted;
+	// the rows come in file order, so a scope's rows are spread over the whole walk.
 	refs := make(map[hash.Hash][]int32)
+	scopes := make(map[string]int32)
 	var after index.VisibleKey
 	for {
 		page, err := ix.VisibleFiles(ctx, after, index.MaxVisiblePage)
@@ -79,17 +81,19 @@ func Compute(ctx context.Context, ix Index) (*Usage, error) {
 			if err != nil {
 				return nil, fmt.Errorf("usage: %w", err)
 			}
-			if n := len(u.Scopes); n == 0 || u.Scopes[n-1].Scope != v.Scope {
+			si, ok := scopes[v.Scope]
+			if !ok {
+				si = int32(len(u.Scopes))
+				scopes[v.Scope] = si
 				u.Scopes = append(u.Scopes, ScopeUsage{Scope: v.Scope})
 			}
-			si := int32(len(u.Scopes) - 1)
 			s := &u.Scopes[si]
 			s.Files++
 			s.LogicalBytes += rec.Size
 			for _, t := range rec.Terms {
 				l := refs[t.Xorb]
-				if len(l) == 0 || l[len(l)-1] != si {
-					refs[t.Xorb] = append(l, si)
+				if i, found := slices.BinarySearch(l, si); !found {
+					refs[t.Xorb] = slices.Insert(l, i, si)
 				}
 			}
 		}
@@ -124,6 +128,7 @@ func Compute(ctx context.Context, ix Index) (*Usage, error) {
 			}
 		}
 	}
+	slices.SortFunc(u.Scopes, func(a, b ScopeUsage) int { return strings.Compare(a.Scope, b.Scope) })
 	for _, s := range u.Scopes {
 		u.Totals.Scopes++
 		u.Totals.Files += s.Files

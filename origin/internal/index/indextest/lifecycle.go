@@ -86,7 +86,7 @@ func testDelete(t *testing.T, ix index.Index) {
 	wantFile(t, ix, a.Files[1], other.Scope)
 }
 
-// testVisible: paging through every visibility row in (scope, file) order with its record.
+// testVisible: paging through every visibility row in (file, scope) order with its record.
 func testVisible(t *testing.T, ix index.Index) {
 	ctx := ctxOf(t)
 	g := NewGen(22)
@@ -94,16 +94,30 @@ func testVisible(t *testing.T, ix index.Index) {
 		t.Fatalf("Visible on an empty index = %v, %v; want none", got, err)
 	}
 	want := map[index.VisibleKey][]byte{}
-	for _, scope := range []string{"models/b", "models/a", "models/a/x", "datasets/z"} {
-		r := g.Registration(scope, 4, 1, 0)
-		mustRegister(t, ix, r, true)
+	add := func(r *index.Registration) {
 		for _, f := range r.Files {
 			b, err := f.MarshalBinary()
 			if err != nil {
 				t.Fatal(err)
 			}
-			want[index.VisibleKey{Scope: scope, File: f.Hash}] = b
+			want[index.VisibleKey{Scope: r.Scope, File: f.Hash}] = b
 		}
+	}
+	var first *index.Registration
+	for _, scope := range []string{"models/b", "models/a", "models/a/x", "datasets/z"} {
+		r := g.Registration(scope, 4, 1, 0)
+		mustRegister(t, ix, r, true)
+		add(r)
+		if first == nil {
+			first = r
+		}
+	}
+	// The same files in two more scopes: rows of one file, ordered by scope, across pages.
+	for _, scope := range []string{"models/a", "models/c"} {
+		r := *first
+		r.Scope = scope
+		mustRegister(t, ix, &r, false)
+		add(&r)
 	}
 	var (
 		got   []index.VisibleFile
@@ -135,8 +149,8 @@ func testVisible(t *testing.T, ix index.Index) {
 		}
 		if i > 0 {
 			p := got[i-1]
-			if p.Scope > v.Scope || p.Scope == v.Scope && bytes.Compare(p.File[:], v.File[:]) >= 0 {
-				t.Errorf("row %d out of (scope, file) order", i)
+			if c := bytes.Compare(p.File[:], v.File[:]); c > 0 || c == 0 && p.Scope >= v.Scope {
+				t.Errorf("row %d out of (file, scope) order", i)
 			}
 		}
 	}

@@ -59,11 +59,14 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		"DropShardDedup":   {qDropShardDedup, []any{[][]byte{k, k}}},
 		"ShardsScan":       {qShardsScan, []any{k, 100}},
 		"DropPossessionOf": {qDropPossessionOf, []any{[][]byte{k, k}}},
-		// The lookups of visibility by file alone, through visibility_file. (The collector's
-		// qFilesScan is left out: at this size the planner rightly hashes the whole small table
-		// for its EXISTS.)
+		// The lookups of visibility by file alone, a prefix of its primary key (file, scope)
+		// (migration 0008). (The collector's qFilesScan is left out: at this size the planner
+		// rightly hashes the whole small table for its EXISTS.)
 		"VisibleAny": {qVisibleAny, []any{[][]byte{k, k}}},
 		"DropDead":   {qDropDead, []any{[][]byte{k, k}}},
+		"Visible":    {qVisible, []any{"models/s/7", k}},
+		// Usage accounting's pages, in the primary key's order.
+		"VisibleFiles": {qVisibleFiles, []any{"models/s/7", k, 1000}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {

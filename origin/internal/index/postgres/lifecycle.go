@@ -16,8 +16,9 @@ import (
 // Lifecycle statements (index.Lifecycle).
 const (
 	qDeletePossession = `DELETE FROM possession WHERE scope = $1`
-	qVisibleFiles     = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
-WHERE (v.scope, v.file) > ($1, $2) ORDER BY v.scope, v.file LIMIT $3`
+	// qVisibleFiles pages in (file, scope) order, the primary key's (migration 0008).
+	qVisibleFiles = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
+WHERE (v.file, v.scope) > ($2, $1) ORDER BY v.file, v.scope LIMIT $3`
 )
 
 // Delete implements index.Lifecycle.

@@ -375,7 +375,10 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// written by an older replica), and takes the full one. That update does not count as new
 	// (xmax is 0 only for an inserted row). A dedup entry already naming its shard is left as it
 	// is (no new row version); one taken over changes only the unindexed shard column, a
-	// heap-only update.
+	// heap-only update. Visibility rows go in (scope, file) order, not in their primary key's
+	// (file, scope) (migration 0008): one order for every batch is what keeps concurrent batches
+	// from waiting on each other in a cycle, and this one is also that of replicas from before
+	// the migration, which may run next to this one during an upgrade.
 	qRegister = `WITH s AS (
 	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
 	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h

@@ -58,6 +58,29 @@ func TestQueryPlans(t *testing.T) {
 			t.Errorf("%s: plan is not an index lookup:\n%s", q, plan)
 		}
 	}
+	// The statements on visibility, keyed by (file, scope) with an index on scope (migration
+	// 0008): by file (and scope), probes of the primary key; by scope alone, of visibility_scope.
+	for q, idx := range map[string]string{
+		"File":         "visibility_pkey",
+		"Visible":      "visibility_pkey",
+		"HideFiles":    "visibility_pkey",
+		"VisibleAny":   "visibility_pkey",
+		"DropDead":     "visibility_pkey",
+		"VisibleFiles": "visibility_pkey",
+		"HideScope":    "visibility_scope",
+	} {
+		plan, ok := plans[q]
+		if !ok {
+			t.Errorf("%s: no plan", q)
+			continue
+		}
+		if !strings.Contains(plan, "using "+idx+" on visibility") && !strings.Contains(plan, "Index Scan on "+idx) {
+			t.Errorf("%s: plan does not use %s:\n%s", q, idx, plan)
+		}
+	}
+	if plan := plans["VisibleFiles"]; strings.Contains(plan, "Sort") {
+		t.Errorf("VisibleFiles: plan sorts instead of walking the primary key in order:\n%s", plan)
+	}
 }
 
 // TestUnavailable needs no server: nothing listens on port 1 of loopback.

@@ -30,6 +30,8 @@ func (db *DB) ExplainLookups(ctx context.Context) (map[string]string, error) {
 		// The collector's deletes by the secondary keys (migration 0005).
 		"DropShardDedup":   {qDropShardDedup, []any{k}},
 		"DropPossessionOf": {qDropPossessionOf, []any{k}},
+		// Usage accounting's pages, in (file, scope) order: visibility_file's order.
+		"VisibleFiles": {qVisibleFiles, []any{k, "s", 1000}},
 	}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {

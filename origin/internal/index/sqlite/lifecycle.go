@@ -15,8 +15,10 @@ import (
 // Lifecycle statements (index.Lifecycle).
 const (
 	qDeletePossession = `DELETE FROM possession WHERE scope = ?`
-	qVisibleFiles     = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
-WHERE (v.scope, v.file) > (?, ?) ORDER BY v.scope, v.file LIMIT ?`
+	// qVisibleFiles pages in (file, scope) order, the Lifecycle contract's: visibility_file's
+	// entries on this WITHOUT ROWID table carry the primary key, so they are that order.
+	qVisibleFiles = `SELECT v.scope, v.file, f.record FROM visibility v JOIN files f ON f.hash = v.file
+WHERE (v.file, v.scope) > (?, ?) ORDER BY v.file, v.scope LIMIT ?`
 )
 
 // Delete implements index.Lifecycle.
@@ -83,7 +85,7 @@ func (db *DB) VisibleFiles(ctx context.Context, after index.VisibleKey, limit in
 	if limit <= 0 || limit > index.MaxVisiblePage {
 		limit = index.MaxVisiblePage
 	}
-	rows, err := db.r.QueryContext(ctx, qVisibleFiles, after.Scope, after.File[:], limit)
+	rows, err := db.r.QueryContext(ctx, qVisibleFiles, after.File[:], after.Scope, limit)
 	if err != nil {
 		return nil, fmt.Errorf("visible: %w", translate(err))
 	}

@@ -101,6 +101,9 @@ func TestQueryPlans(t *testing.T) {
 			t.Errorf("%s: plan %q is not a key search", q, plan)
 		}
 	}
+	if plan := plans["VisibleFiles"]; !strings.Contains(plan, "visibility_file") || strings.Contains(plan, "TEMP B-TREE") {
+		t.Errorf("VisibleFiles: plan %q does not walk visibility_file in order", plan)
+	}
 }
 
 func TestOpenErrors(t *testing.T) {
