@@ -23,17 +23,22 @@
 # fresh database and bucket per round, from $XETCDN_TEST_POSTGRES_DSN and XETCDN_TEST_S3_*,
 # dropped afterwards); with BASE= too, an "origin-base-pg" contender runs REV's origin on
 # Postgres + MinIO as well. The contenders' order rotates between rounds.
+# UPLOADS=N (1) sends N uploads of different file sets (seeds SEED, SEED+1, …) to each fresh
+# server per round, one after another, and reports the server's CPU and the client's wall time
+# per upload (their sums ÷ N): a long-running server's cost, where what the first upload of a
+# process pays once (fresh memory, first connections) is shared.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-FILES=${FILES:-2000} MIN_KB=${MIN_KB:-4} MAX_KB=${MAX_KB:-64} ROUNDS=${ROUNDS:-3} SEED=${SEED:-13} P=${PORT_BASE:-31900}
+UPLOADS=${UPLOADS:-1} FILES=${FILES:-2000} MIN_KB=${MIN_KB:-4} MAX_KB=${MAX_KB:-64} ROUNDS=${ROUNDS:-3} SEED=${SEED:-13} P=${PORT_BASE:-31900}
 PY=${PYTHON:-${XETCDN_TEST_PYTHON:-}}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-smallfiles}
 log() { printf 'smallfiles: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 num() { [[ $2 =~ ^[0-9]+$ ]] || die "$1=$2: want a whole number"; }
-num FILES "$FILES"; num MIN_KB "$MIN_KB"; num MAX_KB "$MAX_KB"; num ROUNDS "$ROUNDS"; num SEED "$SEED"; num PORT_BASE "$P"
+num FILES "$FILES"; num MIN_KB "$MIN_KB"; num MAX_KB "$MAX_KB"; num ROUNDS "$ROUNDS"; num SEED "$SEED"; num UPLOADS "$UPLOADS"; num PORT_BASE "$P"
 [ "$FILES" -ge 1 ] || die "FILES=$FILES: want >= 1"
+[ "$UPLOADS" -ge 1 ] || die "UPLOADS=$UPLOADS: want >= 1"
 [ "$ROUNDS" -ge 1 ] || die "ROUNDS=$ROUNDS: want >= 1"
 [ "$MIN_KB" -ge 1 ] && [ "$MAX_KB" -ge "$MIN_KB" ] || die "MIN_KB=$MIN_KB MAX_KB=$MAX_KB: want 1 <= MIN_KB <= MAX_KB"
 [ -n "${REFSERVER:-}" ] || die "REFSERVER: required (xet-core's local_cas_server binary)"
@@ -72,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-mkdir -p "$OUT" "$WORK/bin" "$WORK/files"
+mkdir -p "$OUT" "$WORK/bin"
 (cd "$ROOT" && go build -o "$WORK/bin/" ./cmd/xet-origin)
 [ -z "${PG:-}" ] || (cd "$ROOT" && go build -o "$WORK/bin/" ./perf/cmd/s3rmbucket)
 if [ -n "${BASE:-}" ]; then
@@ -88,11 +93,13 @@ contenders="origin ${BASE:+origin-base} ${PG:+origin-pg} ${BASE:+${PG:+origin-ba
 	echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores"
 	echo "refserver: $REFSERVER"
 	echo "hf_xet: $("$PY" -c 'import importlib.metadata as m; print(m.version("hf_xet"))')"
-	echo "settings: FILES=$FILES MIN_KB=$MIN_KB MAX_KB=$MAX_KB ROUNDS=$ROUNDS SEED=$SEED BASE=${BASE:-} PG=${PG:-}"
+	echo "settings: FILES=$FILES MIN_KB=$MIN_KB MAX_KB=$MAX_KB ROUNDS=$ROUNDS SEED=$SEED UPLOADS=$UPLOADS BASE=${BASE:-} PG=${PG:-}"
 	[ -z "${BASE:-}" ] || echo "base: $(git -C "$ROOT" rev-parse --short=12 "$BASE")"
 } >"$OUT/run.txt"
 
-"$PY" - "$WORK/files" "$FILES" "$MIN_KB" "$MAX_KB" "$SEED" <<'EOF'
+for u in $(seq "$UPLOADS"); do
+	mkdir -p "$WORK/files$u"
+	"$PY" - "$WORK/files$u" "$FILES" "$MIN_KB" "$MAX_KB" "$((SEED + u - 1))" <<'EOF'
 import os, random, sys
 d, n, lo, hi, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 r = random.Random(seed)
@@ -100,7 +107,8 @@ for i in range(n):
     with open(os.path.join(d, f"f{i:05d}.bin"), "wb") as f:
         f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
 EOF
-log "$FILES files of $MIN_KB-$MAX_KB KiB ($(du -sk "$WORK/files" | cut -f1) KiB)"
+	log "upload $u: $FILES files of $MIN_KB-$MAX_KB KiB ($(du -sk "$WORK/files$u" | cut -f1) KiB)"
+done
 
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # clock ticks, user + system
 TCK=$(getconf CLK_TCK)
@@ -114,14 +122,16 @@ up() {
 }
 stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-# upload NAME URL TOKEN PID: one hf_xet.upload_files call of every file; prints "cpu_s wall_s".
+# upload NAME URL TOKEN PID: one hf_xet.upload_files call of every file of each of the UPLOADS
+# sets, one after another; prints "cpu_s wall_s" per upload.
 upload() {
-	local c0 c1 w
+	local c0 c1 w u wsum=0
 	c0=$(cpu "$4")
-	# A fresh client cache per upload: hf_xet remembers what it uploaded (its shard cache) and
-	# would otherwise skip the xorbs on the next, empty, server.
-	rm -rf "$WORK/hf"
-	w=$(HF_HOME=$WORK/hf HF_XET_CACHE=$WORK/hf/xet "$PY" - "$2" "$3" "$WORK/files" <<'EOF'
+	for u in $(seq "$UPLOADS"); do
+		# A fresh client cache per upload: hf_xet remembers what it uploaded (its shard cache)
+		# and would otherwise skip the xorbs on the next, empty, server.
+		rm -rf "$WORK/hf"
+		w=$(HF_HOME=$WORK/hf HF_XET_CACHE=$WORK/hf/xet "$PY" - "$2" "$3" "$WORK/files$u" <<'EOF'
 import os, sys, time, hf_xet
 url, tok, d = sys.argv[1], sys.argv[2], sys.argv[3]
 paths = sorted(os.path.join(d, f) for f in os.listdir(d))
@@ -131,10 +141,12 @@ if len(infos) != len(paths):
     sys.exit(f"upload_files returned {len(infos)} infos for {len(paths)} files")
 print(f"{time.monotonic() - t:.3f}")
 EOF
-	) || die "$1: hf_xet upload failed"
+		) || die "$1: hf_xet upload $u failed"
+		wsum=$(awk -v a="$wsum" -v b="$w" 'BEGIN {print a + b}')
+	done
 	sleep 1 # the server's last writes after the answer
 	c1=$(cpu "$4")
-	echo "$(awk -v a="$c0" -v b="$c1" -v t="$TCK" 'BEGIN {printf "%.3f", (b - a) / t}') $w"
+	awk -v a="$c0" -v b="$c1" -v t="$TCK" -v n="$UPLOADS" -v w="$wsum" 'BEGIN {printf "%.3f %.3f\n", (b - a) / t / n, w / n}'
 }
 
 read -ra cs <<<"$contenders"

@@ -1,6 +1,10 @@
 package ingest
 
-import "syscall"
+import (
+	"sync"
+	"syscall"
+	"time"
+)
 
 // newSegment maps a segment of its own, asking the kernel for a transparent huge page
 // (MADV_HUGEPAGE: honoured where transparent_hugepage is "madvise" or "always"). A spool's
@@ -32,10 +36,14 @@ func freeSegment(b []byte, mapped bool) {
 }
 
 // newFlat maps n bytes for a flat body (flat.go), with the same advice as a segment: only the
-// pages the body touches are ever backed.
+// pages the body touches are ever backed. It hands out an idle mapping of an earlier body
+// first (flatIdle), whose pages are backed already.
 func newFlat(n int64) ([]byte, error) {
 	if !flatBodies {
 		return nil, errNoFlat
+	}
+	if b := flatIdle.take(n); b != nil {
+		return b, nil
 	}
 	b, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
@@ -45,9 +53,90 @@ func newFlat(n int64) ([]byte, error) {
 	return b, nil
 }
 
-// unmapFlat unmaps what newFlat mapped.
+// unmapFlat gives up what newFlat mapped: kept idle for the next body when flatIdle has room,
+// unmapped otherwise.
 func unmapFlat(b []byte) {
+	if !flatIdle.keep(b) {
+		munmapFlat(b)
+	}
+}
+
+func munmapFlat(b []byte) {
 	if err := syscall.Munmap(b); err != nil {
 		panic("ingest: unmapping a flat body: " + err.Error()) // not ours: a bug
+	}
+}
+
+// madvFree is MADV_FREE (Linux 4.5; not in package syscall).
+const madvFree = 8
+
+// flatIdle keeps up to flatIdleMax mappings of finished flat bodies for the next ones. A fresh
+// mapping costs its first touch: the kernel clears each huge page before the socket's bytes
+// are copied into it, ~20 ms of CPU per 70 MB of xorbs (perf/BENCHMARKS.md, 2026-12-02,
+// "Small-file uploads on Postgres + MinIO, third pass"); a kept one is written over as it is.
+// A kept mapping's pages are given to the kernel with MADV_FREE: they stay backed (and
+// uncleared) until the kernel needs the memory, which it then takes without writing them
+// anywhere, so idle mappings hold no memory the machine cannot have back, and
+// limits.ingest_memory still bounds what uploads hold (they reserve as before, whether the
+// mapping is fresh or kept: docs/decisions.md, "Flat bodies kept for the next upload"). What a
+// reused mapping still holds of an earlier body is never read: a body's reads and its object
+// cover only what it read into the mapping itself (flat.n, flat.size). Mappings idle for
+// flatIdleFor are unmapped.
+var flatIdle = &flatKeep{max: flatIdleMax, idleFor: flatIdleFor}
+
+const (
+	flatIdleMax = 2
+	flatIdleFor = time.Minute
+)
+
+type flatKeep struct {
+	max     int
+	idleFor time.Duration
+
+	mu    sync.Mutex
+	idle  [][]byte
+	timer *time.Timer // unmaps the idle mappings idleFor after the last one was kept
+}
+
+// take returns an idle mapping of n bytes, or nil.
+func (k *flatKeep) take(n int64) []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := len(k.idle) - 1; i >= 0; i-- {
+		if b := k.idle[i]; int64(len(b)) == n {
+			k.idle = append(k.idle[:i], k.idle[i+1:]...)
+			return b
+		}
+	}
+	return nil
+}
+
+// keep keeps b idle if there is room and the kernel takes MADV_FREE; false: the caller unmaps b.
+func (k *flatKeep) keep(b []byte) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.idle) >= k.max {
+		return false
+	}
+	if err := syscall.Madvise(b, madvFree); err != nil {
+		return false
+	}
+	k.idle = append(k.idle, b)
+	if k.timer == nil {
+		k.timer = time.AfterFunc(k.idleFor, k.drain)
+	} else {
+		k.timer.Reset(k.idleFor)
+	}
+	return true
+}
+
+// drain unmaps every idle mapping.
+func (k *flatKeep) drain() {
+	k.mu.Lock()
+	idle := k.idle
+	k.idle = nil
+	k.mu.Unlock()
+	for _, b := range idle {
+		munmapFlat(b)
 	}
 }
