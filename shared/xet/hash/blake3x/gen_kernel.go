@@ -329,18 +329,7 @@ func untransposeOut8() {
 	for r := 8; r < 32; r++ {
 		a.free = append(a.free, r)
 	}
-	// Stage 1: lo[p], per 128-bit block s: words 2p, 2p+1 of lanes 4s, 4s+1; hi[p]: of lanes
-	// 4s+2, 4s+3.
-	var lo, hi [4]int
-	for p := 0; p < 4; p++ {
-		lo[p], hi[p] = pairOp(a, "VPUNPCKLDQ", "VPUNPCKHDQ", 2*p, 2*p+1)
-	}
-	// Stage 2: A[k], block s: words 0..3 of lane 4s+k; B[k]: words 4..7.
-	var A, B [4]int
-	A[0], A[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[0], lo[1])
-	A[2], A[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[0], hi[1])
-	B[0], B[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[2], lo[3])
-	B[2], B[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[2], hi[3])
+	A, B := untransposeWords(a)
 	// Stage 3: lane 4s+k = [A[k].s B[k].s].
 	for k := 0; k < 4; k++ {
 		for s, imm := range []string{"$0x00", "$0x03"} {
@@ -352,6 +341,24 @@ func untransposeOut8() {
 	}
 }
 
+// untransposeWords runs the first two stages both output transposes share, on the chaining
+// values in registers 0..7 (word w of every lane in register w): per 128-bit block s, A[k]
+// holds words 0..3 of lane 4s+k and B[k] words 4..7.
+func untransposeWords(a *alloc) (A, B [4]int) {
+	// Stage 1: lo[p], per 128-bit block s: words 2p, 2p+1 of lanes 4s, 4s+1; hi[p]: of lanes
+	// 4s+2, 4s+3.
+	var lo, hi [4]int
+	for p := 0; p < 4; p++ {
+		lo[p], hi[p] = pairOp(a, "VPUNPCKLDQ", "VPUNPCKHDQ", 2*p, 2*p+1)
+	}
+	// Stage 2: A[k], block s: words 0..3 of lane 4s+k; B[k]: words 4..7.
+	A[0], A[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[0], lo[1])
+	A[2], A[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[0], hi[1])
+	B[0], B[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[2], lo[3])
+	B[2], B[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[2], hi[3])
+	return A, B
+}
+
 // untransposeOut stores the chaining values in Z0..Z7 (word w of every lane in Zw) to out
 // lane by lane (8 words of lane l at out[8*l:]), so that the caller copies them in one piece:
 // an 8x16 transpose in four shuffle stages, 32 shuffles for 16 lanes, where the Go code
@@ -361,18 +368,7 @@ func untransposeOut() {
 	for r := 8; r < 32; r++ {
 		a.free = append(a.free, r)
 	}
-	// Stage 1: lo[p], per 128-bit block s: words 2p, 2p+1 of lanes 4s, 4s+1; hi[p]: of lanes
-	// 4s+2, 4s+3.
-	var lo, hi [4]int
-	for p := 0; p < 4; p++ {
-		lo[p], hi[p] = pairOp(a, "VPUNPCKLDQ", "VPUNPCKHDQ", 2*p, 2*p+1)
-	}
-	// Stage 2: A[k], block s: words 0..3 of lane 4s+k; B[k]: words 4..7.
-	var A, B [4]int
-	A[0], A[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[0], lo[1])
-	A[2], A[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[0], hi[1])
-	B[0], B[1] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", lo[2], lo[3])
-	B[2], B[3] = pairOp(a, "VPUNPCKLQDQ", "VPUNPCKHQDQ", hi[2], hi[3])
+	A, B := untransposeWords(a)
 	// Stage 3: P[k][0] = [A[k].0 A[k].1 B[k].0 B[k].1], P[k][1] = the same of blocks 2, 3.
 	var P [4][2]int
 	for k := 0; k < 4; k++ {
