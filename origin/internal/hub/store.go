@@ -372,14 +372,16 @@ const lfsRowsPerInsert = 100
 // Twenty 500-parameter statements in a transaction cost the origin ~3 % of its CPU on a
 // 2,000-file upload, three times the index's registration, in boxing and encoding each
 // parameter (perf/BENCHMARKS.md, 2026-12-02, "Small-file uploads on Postgres + MinIO, third
-// pass"); rows must be distinct by sha256 (one statement cannot update a row twice).
+// pass"); rows must be distinct by sha256 (one statement cannot update a row twice). They are
+// written in sha256 order, so two uploads to one scope sharing files lock the shared rows in
+// the same order and cannot deadlock.
 func (s *Store) putLFSArrays(ctx context.Context, scope string, rows []LFSFile, at time.Time) error {
 	shas, files, sizes := make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
 	for i, f := range rows {
 		shas[i], files[i], sizes[i] = f.SHA256, f.File, f.Size
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO hub_lfs(scope, sha256, file, size, at)
-		SELECT $1, u.sha256, u.file, u.size, $2 FROM unnest($3::text[], $4::text[], $5::bigint[]) AS u(sha256, file, size)
+		SELECT $1, u.sha256, u.file, u.size, $2 FROM unnest($3::text[], $4::text[], $5::bigint[]) AS u(sha256, file, size) ORDER BY u.sha256
 		ON CONFLICT (scope, sha256) DO UPDATE SET at = excluded.at`, scope, at.Unix(), shas, files, sizes)
 	return s.translate(err)
 }
