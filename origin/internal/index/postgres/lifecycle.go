@@ -433,6 +433,21 @@ func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byt
 // where each registration made one or two of its own before. When the check finds a swept
 // xorb, the transaction is rolled back, registration and all.
 func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (map[hash.Hash]bool, error) {
+	if db.plainOff.Load() {
+		return db.registerTxWith(ctx, refs, ops, qRegister)
+	}
+	out, err := db.registerTxWith(ctx, refs, ops, qRegisterPlain)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
+		// A concurrent transaction inserted one of the rows (qRegisterPlain): the whole
+		// transaction again, with ON CONFLICT.
+		db.plainFallbacks.Add(1)
+		return db.registerTxWith(ctx, refs, ops, qRegister)
+	}
+	return out, err
+}
+
+// registerTxWith is registerTx with register, qRegister or qRegisterPlain.
+func (db *DB) registerTxWith(ctx context.Context, refs []hash.Hash, ops []*regOp, register string) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		var gone []hash.Hash
@@ -487,7 +502,7 @@ func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (m
 			batch = &pgx.Batch{}
 		}
 		args := registerArgs(ops)
-		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
+		batch.Queue(register, args...).Query(func(rows pgx.Rows) error {
 			hs, err := scanHashes(rows)
 			for _, h := range hs {
 				out[h] = true
