@@ -212,3 +212,10 @@ func (db *DB) DedupChannel() string { return db.channel }
 
 // DedupListenerName is the listener session's application_name.
 const DedupListenerName = dedupListenerName
+
+// PlainFallbacks is how many registration batches qRegisterPlain failed on a concurrent insert
+// and qRegister reran (registerTx).
+func (db *DB) PlainFallbacks() int64 { return db.plainFallbacks.Load() }
+
+// SetPlainOff makes registerTx use qRegister only (off) or qRegisterPlain first (the default).
+func (db *DB) SetPlainOff(off bool) { db.plainOff.Store(off) }

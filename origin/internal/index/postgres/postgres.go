@@ -411,7 +411,10 @@ SELECT hash FROM s WHERE fresh`
 	// fail with unique_violation; registerTx then reruns the batch with qRegister. Files rows
 	// are deleted only by the collector, which excludes registrations (lockGC); a visibility
 	// row hidden by a concurrent transaction after the statement began still counts as there:
-	// the hide ordered after this registration, as with any overlap of the two.
+	// the hide ordered after this registration, as with any overlap of the two. OFFSET 0 keeps
+	// each NOT EXISTS a per-row subplan, one primary-key probe: pulled up into an anti-join,
+	// a batch's hundred rows against a table of tens of thousands planned as a hash join over
+	// a sequential scan of the whole table.
 	qRegisterPlain = `WITH s AS (
 	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
 	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h
@@ -420,11 +423,11 @@ SELECT hash FROM s WHERE fresh`
 ), f AS (
 	INSERT INTO files(hash, record)
 	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r)
-	WHERE NOT EXISTS (SELECT 1 FROM files e WHERE e.hash = u.h) ORDER BY h
+	WHERE NOT EXISTS (SELECT FROM files e WHERE e.hash = u.h OFFSET 0) ORDER BY h
 ), v AS (
 	INSERT INTO visibility(scope, file)
 	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h)
-	WHERE NOT EXISTS (SELECT 1 FROM visibility e WHERE e.file = u.h AND e.scope = u.sc) ORDER BY sc COLLATE "C", h
+	WHERE NOT EXISTS (SELECT FROM visibility e WHERE e.file = u.h AND e.scope = u.sc OFFSET 0) ORDER BY sc COLLATE "C", h
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
