@@ -422,18 +422,22 @@ SELECT hash FROM s WHERE fresh`
 	RETURNING hash, xmax = '0'::xid AS fresh
 ), f AS (
 	INSERT INTO files(hash, record)
-	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r)
-	WHERE NOT EXISTS (SELECT FROM files e WHERE e.hash = u.h OFFSET 0) ORDER BY h
+	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h
 ), v AS (
 	INSERT INTO visibility(scope, file)
-	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h)
-	WHERE NOT EXISTS (SELECT FROM visibility e WHERE e.file = u.h AND e.scope = u.sc OFFSET 0) ORDER BY sc COLLATE "C", h
+	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc COLLATE "C", h
 ), d AS (
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
 	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
 )
 SELECT hash FROM s WHERE fresh`
+
+	// qFilesThere and qVisibleThere find which of a batch's files and visibility rows exist
+	// (registerTx's first batch), for qRegisterPlain.
+	qFilesThere   = `SELECT hash FROM files WHERE hash = ANY($1::bytea[])`
+	qVisibleThere = `SELECT u.i FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(sc, h, i)
+WHERE EXISTS (SELECT FROM visibility e WHERE e.file = u.h AND e.scope = u.sc OFFSET 0)`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
