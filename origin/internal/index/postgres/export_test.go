@@ -3,9 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -70,19 +68,6 @@ func (db *DB) ExplainLookups(ctx context.Context, n int) (map[string]string, err
 		// Usage accounting's pages, in the primary key's order.
 		"VisibleFiles": {qVisibleFiles, []any{"models/s/7", k, 1000}},
 	}
-	// A registration batch's files and visibility rows, as many as a busy registrar's: their
-	// plain inserts' existence probes (qRegisterPlain) must stay index probes.
-	var fh, fr [][]byte
-	var vs []string
-	for i := range 256 {
-		h := sha256.Sum256(fmt.Appendf(nil, "plain %d", i))
-		fh, fr, vs = append(fh, h[:]), append(fr, []byte{1}), append(vs, "models/s/7")
-	}
-	one := [][]byte{k}
-	qs["RegisterPlain"] = struct {
-		q    string
-		args []any
-	}{qRegisterPlain, []any{one, []string{"models/s/7"}, one, fh, fr, vs, fh, one, one, one, one, one}}
 	out := make(map[string]string, len(qs))
 	for name, q := range qs {
 		rows, err := db.pool.Query(ctx, "EXPLAIN "+q.q, q.args...)
@@ -227,10 +212,3 @@ func (db *DB) DedupChannel() string { return db.channel }
 
 // DedupListenerName is the listener session's application_name.
 const DedupListenerName = dedupListenerName
-
-// PlainFallbacks is how many registration batches qRegisterPlain failed on a concurrent insert
-// and qRegister reran (registerTx).
-func (db *DB) PlainFallbacks() int64 { return db.plainFallbacks.Load() }
-
-// SetPlainOff makes registerTx use qRegister only (off) or qRegisterPlain first (the default).
-func (db *DB) SetPlainOff(off bool) { db.plainOff.Store(off) }

@@ -433,21 +433,6 @@ func (db *DB) putXorb(ctx context.Context, h hash.Hash, size int64, layout []byt
 // where each registration made one or two of its own before. When the check finds a swept
 // xorb, the transaction is rolled back, registration and all.
 func (db *DB) registerTx(ctx context.Context, refs []hash.Hash, ops []*regOp) (map[hash.Hash]bool, error) {
-	if db.plainOff.Load() {
-		return db.registerTxWith(ctx, refs, ops, qRegister)
-	}
-	out, err := db.registerTxWith(ctx, refs, ops, qRegisterPlain)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
-		// A concurrent transaction inserted one of the rows (qRegisterPlain): the whole
-		// transaction again, with ON CONFLICT.
-		db.plainFallbacks.Add(1)
-		return db.registerTxWith(ctx, refs, ops, qRegister)
-	}
-	return out, err
-}
-
-// registerTxWith is registerTx with register, qRegister or qRegisterPlain.
-func (db *DB) registerTxWith(ctx context.Context, refs []hash.Hash, ops []*regOp, register string) (map[hash.Hash]bool, error) {
 	var out map[hash.Hash]bool
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		var gone []hash.Hash
@@ -480,43 +465,6 @@ func (db *DB) registerTxWith(ctx context.Context, refs []hash.Hash, ops []*regOp
 			})
 			batch.Queue(qRevive, ra)
 		}
-		var filesThere map[hash.Hash]bool
-		var visThere []int64
-		var vs textArray
-		var vh byteaArray
-		if len(starts) == 0 {
-			register = qRegister // no first round trip to look the rows up in
-		} else if register == qRegisterPlain {
-			seen := map[hash.Hash]bool{}
-			var fa byteaArray
-			for _, op := range ops {
-				for _, h := range op.b.FileHashes {
-					if !seen[h] {
-						seen[h] = true
-						fa = append(fa, h[:])
-					}
-					vs, vh = append(vs, op.b.Scope), append(vh, h[:])
-				}
-			}
-			batch.Queue(qFilesThere, fa).Query(func(rows pgx.Rows) error {
-				hs, err := scanHashes(rows)
-				filesThere = make(map[hash.Hash]bool, len(hs))
-				for _, h := range hs {
-					filesThere[h] = true
-				}
-				return err
-			})
-			batch.Queue(qVisibleThere, vs, vh).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var i int64
-					if err := rows.Scan(&i); err != nil {
-						return err
-					}
-					visThere = append(visThere, i-1)
-				}
-				return rows.Err()
-			})
-		}
 		if len(starts) > 0 {
 			// After the revival: a referenced xorb an entry offers is not condemned any more.
 			offers := queueDedupEntries(batch, starts)
@@ -539,32 +487,7 @@ func (db *DB) registerTxWith(ctx context.Context, refs []hash.Hash, ops []*regOp
 			batch = &pgx.Batch{}
 		}
 		args := registerArgs(ops)
-		if register == qRegisterPlain {
-			type vis struct {
-				sc string
-				h  string
-			}
-			there := make(map[vis]bool, len(visThere))
-			for _, i := range visThere {
-				there[vis{vs[i], string(vh[i])}] = true
-			}
-			fh, fr := args[3].(byteaArray), args[4].(byteaArray)
-			nh, nr := fh[:0:0], fr[:0:0]
-			for i := range fh {
-				if !filesThere[hash.Hash(fh[i])] {
-					nh, nr = append(nh, fh[i]), append(nr, fr[i])
-				}
-			}
-			avs, avh := args[5].(textArray), args[6].(byteaArray)
-			ns, nv := avs[:0:0], avh[:0:0]
-			for i := range avs {
-				if !there[vis{avs[i], string(avh[i])}] {
-					ns, nv = append(ns, avs[i]), append(nv, avh[i])
-				}
-			}
-			args[3], args[4], args[5], args[6] = nh, nr, ns, nv
-		}
-		batch.Queue(register, args...).Query(func(rows pgx.Rows) error {
+		batch.Queue(qRegister, args...).Query(func(rows pgx.Rows) error {
 			hs, err := scanHashes(rows)
 			for _, h := range hs {
 				out[h] = true

@@ -104,11 +104,6 @@ type DB struct {
 	channel      string       // the dedup filters' notification channel (dedupfilter.go)
 	sender       string       // this process's prefix of its notifications
 	logger       *slog.Logger
-
-	// registerTx: plainOff makes it use qRegister only (tests); plainFallbacks counts the
-	// batches qRegisterPlain failed on a concurrent insert and qRegister reran.
-	plainOff       atomic.Bool
-	plainFallbacks atomic.Int64
 }
 
 // regOp is one RegisterShard call waiting for a registrar.
@@ -401,43 +396,6 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
 )
 SELECT hash FROM s WHERE fresh`
-
-	// qRegisterPlain is qRegister with the files and visibility rows the statement's snapshot
-	// does not show inserted by plain INSERTs instead of ON CONFLICT DO NOTHING: most of a
-	// registration's rows are new, and ON CONFLICT pays speculative insertion for each (a
-	// pre-check descent, a speculative token, a confirm record in the WAL); the anti-join's
-	// probe replaces the pre-check. A row another transaction inserted that the snapshot does
-	// not show (uncommitted, or committed since the statement began) makes the plain insert
-	// fail with unique_violation; registerTx then reruns the batch with qRegister. Files rows
-	// are deleted only by the collector, which excludes registrations (lockGC); a visibility
-	// row hidden by a concurrent transaction after the statement began still counts as there:
-	// the hide ordered after this registration, as with any overlap of the two. OFFSET 0 keeps
-	// each NOT EXISTS a per-row subplan, one primary-key probe: pulled up into an anti-join,
-	// a batch's hundred rows against a table of tens of thousands planned as a hash join over
-	// a sequential scan of the whole table.
-	qRegisterPlain = `WITH s AS (
-	INSERT INTO shards(hash, scope, xorbs, body, files, chunks)
-	SELECT h, sc, x, b, fs, cs FROM unnest($1::bytea[], $2::text[], $3::bytea[], $10::bytea[], $11::bytea[], $12::bytea[]) AS u(h, sc, x, b, fs, cs) ORDER BY h
-	ON CONFLICT (hash) DO UPDATE SET chunks = EXCLUDED.chunks WHERE shards.chunks IS DISTINCT FROM EXCLUDED.chunks
-	RETURNING hash, xmax = '0'::xid AS fresh
-), f AS (
-	INSERT INTO files(hash, record)
-	SELECT h, r FROM unnest($4::bytea[], $5::bytea[]) AS u(h, r) ORDER BY h
-), v AS (
-	INSERT INTO visibility(scope, file)
-	SELECT sc, h FROM unnest($6::text[], $7::bytea[]) AS u(sc, h) ORDER BY sc COLLATE "C", h
-), d AS (
-	INSERT INTO dedup(chunk, shard)
-	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
-	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
-)
-SELECT hash FROM s WHERE fresh`
-
-	// qFilesThere and qVisibleThere find which of a batch's files and visibility rows exist
-	// (registerTx's first batch), for qRegisterPlain.
-	qFilesThere   = `SELECT hash FROM files WHERE hash = ANY($1::bytea[])`
-	qVisibleThere = `SELECT u.i FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(sc, h, i)
-WHERE EXISTS (SELECT FROM visibility e WHERE e.file = u.h AND e.scope = u.sc OFFSET 0)`
 
 	qHideFiles = `DELETE FROM visibility WHERE scope = $1 AND file = ANY($2::bytea[])`
 	qHideScope = `DELETE FROM visibility WHERE scope = $1`
