@@ -30,15 +30,23 @@ import (
 //     gets a fresh modification time; a xorb Create that finds the object leaves its time alone,
 //     which is the next case.
 //   - An upload may find an old orphan under its key (same hash) and index it, at any time. The
-//     index is re-read right before each deletion (a live xorb of the mark is skipped at once),
-//     but an upload can still index the object between that re-read and the Delete. So the
-//     object's bytes are read first, and after the Delete the index is read once more: if a row
-//     appeared meanwhile, the same bytes are put back (OrphansRestored) unless an upload stored
-//     the key again meanwhile (then its bytes stay: Create, not Put). What remains is a
-//     reader of that just-indexed object seeing it missing for the moment between the Delete and
-//     the Put (an error it retries), or the collector dying in that moment, which leaves a row
-//     without its object — the window is one Delete request, for an upload of exactly that hash
-//     racing the collector.
+//     index is re-read right before each removal (a live xorb of the mark is skipped at once),
+//     but an upload can still index the object between that re-read and the removal. So the
+//     object is not deleted but moved to its trash key (trashPrefix; moveToTrash), the index is
+//     read once more, and the trash entry is then deleted (no row) or put back under the key
+//     (a row appeared: OrphansRestored) with Create, so an upload that stored the key again
+//     meanwhile keeps its bytes. The bytes put back are those moved: with the store's
+//     objstore.Mover (Local: rename) exactly what was under the key at the move, so a second
+//     collection and an upload of another encoding between this one's look and its move (a
+//     grace forced shorter than an upload) cannot make it put back an encoding the row does not
+//     describe. A collector that dies between the move and the restore leaves the trash entry:
+//     every run starts with settleTrash, which restores entries whose key got a row and deletes
+//     those moved before cutoff that still have none. A reader of the key sees it missing in
+//     between (an error it retries), never other bytes.
+//   - A store without a Mover (S3) copies the object to the trash and then deletes it: the bytes
+//     are durable before the Delete, so a crash loses nothing, but they are the bytes read, not
+//     those deleted; the other-encoding race above stays open there for the moment between the
+//     read and the Delete (docs/decisions.md, "Orphans go to the trash, not away").
 //
 // A swept xorb whose object deletion is pending has no row either; the real run deletes those
 // before this pass, a dry run counts them here too.
