@@ -43,6 +43,8 @@ type GCObjects interface {
 	List(ctx context.Context, prefix string, fn func(objstore.ObjectInfo) error) error
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	Create(ctx context.Context, key string, r io.Reader, size int64) error
+	// Put copies an orphan to the trash on a store without objstore.Mover.
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
 }
 
 // Errors of GC and CheckGrace.
@@ -125,10 +127,11 @@ type GCOptions struct {
 
 // Steps, in order, as passed to GCOptions.Failpoint.
 const (
-	StepMarked      = "marked"       // condemnations and revivals written
-	StepIndexSwept  = "index-swept"  // index rows removed, objects not yet deleted
-	StepObjectBatch = "object-batch" // one batch of objects deleted, more may follow
-	StepOrphan      = "orphan"       // one orphan object deleted, more may follow
+	StepMarked        = "marked"         // condemnations and revivals written
+	StepIndexSwept    = "index-swept"    // index rows removed, objects not yet deleted
+	StepObjectBatch   = "object-batch"   // one batch of objects deleted, more may follow
+	StepOrphanTrashed = "orphan-trashed" // one orphan moved to the trash, its fate not yet decided
+	StepOrphan        = "orphan"         // one orphan object deleted, more may follow
 	// StepShardObject (shards.go) comes between StepObjectBatch and StepOrphan.
 )
 
@@ -154,6 +157,10 @@ type Report struct {
 	// OrphansRestored: orphans put back because an upload indexed them while they were being
 	// deleted (not counted as deleted).
 	OrphansRestored int64 `json:"orphans_restored"`
+	// TrashDeleted: trash entries (orphans a run that died had moved aside, orphans.go) older
+	// than the grace period with no index row, deleted; their bytes are in ObjectsDeleted too.
+	TrashDeleted int64  `json:"trash_deleted"`
+	TrashBytes   uint64 `json:"trash_bytes"`
 	// TempFiles: temporary files of writes a crash interrupted (a local store's ".put-*", see
 	// objstore.TempRemover), last modified before the grace period; removed unless dry run.
 	TempFiles int64  `json:"temp_files"`

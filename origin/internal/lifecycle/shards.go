@@ -184,8 +184,8 @@ func sweepShards(ctx context.Context, ix GCIndex, m *shardMark, cutoff time.Time
 	return objects, nil
 }
 
-// deleteShardObjects deletes the objects of swept shards as orphans (deleteOrphan: a copy is
-// kept until the index is re-read, and put back if the shard was registered again meanwhile).
+// deleteShardObjects deletes the objects of swept shards as orphans (deleteOrphan: moved to
+// the trash until the index is re-read, and put back if the shard was registered again meanwhile).
 func deleteShardObjects(ctx context.Context, ix GCIndex, objs GCObjects, shards []hash.Hash, o GCOptions,
 	rep *Report, fail func(string)) error {
 	for _, s := range shards {
@@ -198,7 +198,7 @@ func deleteShardObjects(ctx context.Context, ix GCIndex, objs GCObjects, shards 
 			return fmt.Errorf("gc: stat %s: %w", key, err)
 		}
 		indexed := func() (bool, error) { return isIndexed(ctx, ix, false, s) }
-		deleted, err := deleteOrphan(ctx, objs, objstore.ObjectInfo{Key: key, Size: size}, indexed, o, rep)
+		deleted, err := deleteOrphan(ctx, objs, objstore.ObjectInfo{Key: key, Size: size}, indexed, o, rep, fail)
 		if err != nil {
 			return fmt.Errorf("gc: shard %s: %w", s, err)
 		}
