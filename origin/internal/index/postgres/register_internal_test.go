@@ -129,3 +129,92 @@ func TestHelperRegistrar(t *testing.T) {
 		t.Errorf("held registration's file: %v", err)
 	}
 }
+
+// TestOverlappingBatches: while the busy registrar's batch is in flight (here waiting on a row
+// lock another transaction holds), a registration that writes other rows is committed by a
+// helper at the same time, although the queue is far from full; one that writes a row of the
+// batch in flight (the same file) is left for the busy registrar, not sent to wait on the lock
+// beside it.
+func TestOverlappingBatches(t *testing.T) {
+	db, err := Open(t.Context(), Options{DSN: FreshSchema(t), Registrars: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := indextest.NewGen(303)
+	held := g.Registration("models/o/held", 1, 1, 1)
+	b, err := index.NewBatch(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var xid string
+	if err := tx.QueryRow(t.Context(), `INSERT INTO files(hash, record) VALUES ($1, $2) RETURNING pg_current_xact_id()::text`,
+		b.FileHashes[0][:], b.Records[0]).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	waiters := func() int {
+		var n int
+		if err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid'
+			AND transactionid::text = $1 AND NOT granted`, xid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	register := func(r *index.Registration) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := db.RegisterShard(context.Background(), r); done <- err }()
+		return done
+	}
+	heldDone := register(held)
+	deadline := time.Now().Add(20 * time.Second)
+	for waiters() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the held registration's batch never waited for the other transaction")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Same file as the held one, another shard and scope: it writes a row of the batch in flight.
+	same := g.Registration("models/o/same", 0, 1, 1)
+	same.Files = held.Files
+	sameDone := register(same)
+	time.Sleep(100 * time.Millisecond) // queued before the disjoint one
+	select {
+	case err := <-register(g.Registration("models/o/other", 2, 1, 2)):
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a registration writing other rows waited for the batch in flight")
+	}
+	if n := waiters(); n != 1 {
+		t.Errorf("%d statements wait for the other transaction, want 1 (the registration of the same file was sent beside the batch in flight)", n)
+	}
+	for _, c := range []chan error{heldDone, sameDone} {
+		select {
+		case err := <-c:
+			t.Fatalf("registration answered while its file's row lock was held: %v", err)
+		default:
+		}
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []chan error{heldDone, sameDone} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Fatalf("registration %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("registration %d not answered after the lock was released", i)
+		}
+	}
+	if _, err := db.File(t.Context(), b.FileHashes[0], same.Scope); err != nil {
+		t.Errorf("file of the registration left for the busy registrar: %v", err)
+	}
+}
