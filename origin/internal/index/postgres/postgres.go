@@ -719,17 +719,26 @@ func (db *DB) takeDisjoint(batch []*regOp) []*regOp {
 	if db.busyKeys == nil {
 		return batch
 	}
+	took, held := len(batch), 0
 	for len(batch) < db.maxBatch && len(db.held) < 4*db.maxBatch {
 		select {
 		case op := <-db.regs:
 			if writesAny(op, db.busyKeys) {
 				db.held = append(db.held, op)
+				held++
 			} else {
 				batch = append(batch, op)
 			}
+			continue
 		default:
-			return batch
 		}
+		break
+	}
+	if held > len(batch)-took {
+		// Most waiting registrations write the rows in flight: they share their rows, and one
+		// large batch costs less than a small one beside it (the busy registrar takes them all).
+		db.held = append(db.held, batch[took:]...)
+		return batch[:took]
 	}
 	return batch
 }
