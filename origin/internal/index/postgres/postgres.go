@@ -3,8 +3,7 @@
 //
 // Every lookup is one statement and one round trip. Registrations are group-committed: a
 // registrar goroutine takes every RegisterShard call waiting at that moment (up to
-// Options.MaxBatch; while its batch is in flight, helper registrars take those that write
-// none of its rows, or any while the queue is full) and commits them with ONE
+// Options.MaxBatch; helper registrars too while the queue is full) and commits them with ONE
 // statement whose data-modifying CTEs insert the shard rows, file records, visibility rows and
 // dedup entries from arrays (unnest), in an implicit transaction. Under load this turns many
 // small commits, each waiting for a WAL flush, into a few larger ones; with a single caller a
@@ -66,10 +65,9 @@ type Options struct {
 	MaxConns int32
 	// Registrars is the number of registration statements in flight at once at most (default
 	// 2, or 1 when only MaxConns is given and smaller than 4). One registrar takes every
-	// registration; while its batch is in flight, the others take the registrations that
-	// write none of its rows (so PostgreSQL executes one batch while the other commits, and a
-	// slow batch does not hold every registration); the rest wait for it. Fewer batches in
-	// flight make larger batches, and
+	// registration; the others only help while the queue is full (MaxBatch registrations
+	// waiting for a registrar), so a slow batch does not hold every registration and a load
+	// one registrar cannot carry gets more. Fewer batches in flight make larger batches, and
 	// concurrent batches that update the same dedup rows wait for each other's commit anyway:
 	// at 64 concurrent callers, 4 instead of 8 cut the server's CPU per registration by about
 	// a fifth, 2 instead of 4 by another fifth, and one busy registrar instead of two by
@@ -106,13 +104,6 @@ type DB struct {
 	channel      string       // the dedup filters' notification channel (dedupfilter.go)
 	sender       string       // this process's prefix of its notifications
 	logger       *slog.Logger
-
-	// The busy registrar's batch in flight and what the helpers left for it (registrar).
-	helpers  sync.WaitGroup // the helper registrars, which the busy one's final drain waits for
-	take     sync.Mutex
-	busyKeys map[hash.Hash]struct{} // rows the busy registrar's batch in flight writes; nil: none in flight
-	held     []*regOp               // taken by a helper but writing rows of that batch: the busy registrar's next
-	inFlight atomic.Bool            // busyKeys != nil
 }
 
 // regOp is one RegisterShard call waiting for a registrar.
@@ -187,9 +178,6 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	db.channel = dedupChannelOf(schema)
 	for i := range o.Registrars {
 		db.registrars.Add(1)
-		if i > 0 {
-			db.helpers.Add(1)
-		}
 		go db.registrar(i > 0)
 	}
 	return db, nil
@@ -592,11 +580,8 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 			return false, ctx.Err()
 		}
 	}
-	if len(db.regs) == cap(db.regs) || db.inFlight.Load() {
-		// Every time the queue fills up, whoever filled it; and while the busy registrar's
-		// batch is in flight, so that a helper commits the registrations that write other
-		// rows at the same time (registrar).
-		db.wakeHelper()
+	if len(db.regs) == cap(db.regs) {
+		db.wakeHelper() // every time the queue fills up, whoever filled it
 	}
 	db.mu.RUnlock()
 	// Once queued, the op is always answered, and the caller must learn whether it was
@@ -616,50 +601,32 @@ func (db *DB) wakeHelper() {
 	}
 }
 
-// registrar commits batches of queued registrations until Close, then drains the queue.
-//
-// The busy registrar (helper false) takes every queued registration, up to MaxBatch, first
-// those a helper left for it (db.held). While its batch is in flight, a helper registrar,
-// woken by every registration queued meanwhile (db.spill), takes the queued registrations that
-// write none of that batch's rows (shard, files and their visibility, dedup entries:
-// batchKeys) and commits them at the same time, so that PostgreSQL executes one batch while
-// the other waits for its commit (and the origin prepares the next); the others it leaves in
-// db.held for the busy registrar's next batch, since they would only wait for this batch's
-// commit row by row, holding a connection and splitting the batches. A helper's batch thus
-// never waits for the busy one's; the busy one's next batch may wait for a helper's rows,
-// one commit at most. Each statement still writes its rows in one ascending order per table
-// (registerArgs): batches of other origins cannot deadlock with them either. A helper also
-// takes a batch when a registration found the queue full: the busy registrar is held by a
-// slow batch, and the registrations behind it that write other rows are not.
+// registrar commits batches of queued registrations until Close, then drains the queue. A
+// helper registrar takes a batch only when a registration found the queue full (db.spill):
+// one registrar carries the load it can carry in large batches, and batches in flight at
+// once, which wait for each other's commit where they update the same dedup rows, are added
+// only when it does not keep up (Options.Registrars).
 func (db *DB) registrar(helper bool) {
 	defer db.registrars.Done()
-	if helper {
-		defer db.helpers.Done()
-	}
 	batch := make([]*regOp, 0, db.maxBatch)
 	for {
 		if helper {
 			select {
 			case <-db.spill:
 			case <-db.closing:
-				return // the busy registrar drains the queue
+				return // the others drain the queue
 			}
-			if batch = db.takeDisjoint(batch[:0]); len(batch) == 0 {
-				continue // the busy registrar took them, or they write its rows
-			}
-			db.register(batch)
-			continue
-		}
-		batch = db.takeHeld(batch[:0])
-		if len(batch) == 0 {
 			select {
 			case op := <-db.regs:
-				batch = append(batch, op)
+				batch = append(batch[:0], op)
+			default:
+				continue // the busy registrar took them
+			}
+		} else {
+			select {
+			case op := <-db.regs:
+				batch = append(batch[:0], op)
 			case <-db.closing:
-				db.helpers.Wait() // then nothing is left in db.held but what it holds now
-				for _, op := range db.takeHeld(nil) {
-					db.register([]*regOp{op})
-				}
 				for {
 					select {
 					case op := <-db.regs:
@@ -679,104 +646,8 @@ func (db *DB) registrar(helper bool) {
 				break fill
 			}
 		}
-		db.setBusy(batch)
-		if len(db.regs) > 0 {
-			db.wakeHelper()
-		}
 		db.register(batch)
-		db.setBusy(nil)
 	}
-}
-
-// takeHeld appends the registrations a helper left for the busy registrar, up to MaxBatch.
-func (db *DB) takeHeld(batch []*regOp) []*regOp {
-	db.take.Lock()
-	defer db.take.Unlock()
-	n := min(len(db.held), db.maxBatch-len(batch))
-	batch = append(batch, db.held[:n]...)
-	db.held = append(db.held[:0], db.held[n:]...)
-	return batch
-}
-
-// setBusy records the rows of the busy registrar's batch in flight (nil: none).
-func (db *DB) setBusy(batch []*regOp) {
-	var keys map[hash.Hash]struct{}
-	if batch != nil {
-		keys = batchKeys(batch)
-	}
-	db.take.Lock()
-	db.busyKeys = keys
-	db.inFlight.Store(keys != nil)
-	db.take.Unlock()
-}
-
-// takeDisjoint appends, up to MaxBatch, the queued registrations that write none of the rows
-// of the busy registrar's batch in flight; those that do go to db.held. With no batch in
-// flight it takes nothing: the busy registrar takes them.
-func (db *DB) takeDisjoint(batch []*regOp) []*regOp {
-	db.take.Lock()
-	defer db.take.Unlock()
-	if db.busyKeys == nil {
-		return batch
-	}
-	took, held := len(batch), 0
-	for len(batch) < db.maxBatch && len(db.held) < 4*db.maxBatch {
-		select {
-		case op := <-db.regs:
-			if writesAny(op, db.busyKeys) {
-				db.held = append(db.held, op)
-				held++
-			} else {
-				batch = append(batch, op)
-			}
-			continue
-		default:
-		}
-		break
-	}
-	if held > len(batch)-took {
-		// Most waiting registrations write the rows in flight: they share their rows, and one
-		// large batch costs less than a small one beside it (the busy registrar takes them all).
-		db.held = append(db.held, batch[took:]...)
-		return batch[:took]
-	}
-	return batch
-}
-
-// batchKeys returns the keys of the rows ops write that another statement could be writing
-// too: shards, files (visibility rows are per file too) and dedup entries. Hashes of the three
-// kinds are of different content and never equal by chance.
-func batchKeys(ops []*regOp) map[hash.Hash]struct{} {
-	n := 0
-	for _, op := range ops {
-		n += 1 + len(op.b.FileHashes) + len(op.b.Dedup)
-	}
-	keys := make(map[hash.Hash]struct{}, n)
-	for _, op := range ops {
-		keys[op.b.Shard] = struct{}{}
-		for _, h := range op.b.FileHashes {
-			keys[h] = struct{}{}
-		}
-		for _, h := range op.b.Dedup {
-			keys[h] = struct{}{}
-		}
-	}
-	return keys
-}
-
-// writesAny reports whether op writes a row of keys (batchKeys).
-func writesAny(op *regOp, keys map[hash.Hash]struct{}) bool {
-	if _, ok := keys[op.b.Shard]; ok {
-		return true
-	}
-	for _, hs := range [][]hash.Hash{op.b.FileHashes, op.b.Dedup} {
-		for _, h := range hs {
-			if _, ok := keys[h]; ok {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // register commits ops in one statement and answers each of them.
