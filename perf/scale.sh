@@ -26,7 +26,9 @@
 # SHARDS (4000; 0 skips), SHARD_SCOPES (4: the registration step runs once with one scope, 16
 # in flight (the per-scope upload limit), then with SHARD_SCOPES scopes, 16 each; 1 skips the
 # second), SHARD_DBS ("small large": the indexes the registration step runs on), SHARD_ONE (1;
-# 0 skips the one-scope run when SHARD_SCOPES > 1), SHARD_WINDOW (0; N > 0 samples the
+# 0 skips the one-scope run when SHARD_SCOPES > 1), SHARD_SHAPE (pool: ingestbench -shape, the
+# shared 16-xorb pool, the worst case; own: each shard references a xorb of its own, as hf_xet
+# uploads do; the timed part's PostgreSQL CPU is in the db-pid line), SHARD_WINDOW (0; N > 0 samples the
 # registration step every N seconds and writes shards/s, origin and PostgreSQL CPU per shard,
 # WAL and full-page images per shard, and the load per window to OUT/shards-*.windows.txt:
 # the steady state after the restart's checkpoint), PG_TUNED (1: the durable restart uses the recommended production settings of
@@ -46,7 +48,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
 SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-512MB} PREWARM=${PREWARM:-0} ORIGIN_SRC=${ORIGIN_SRC:-}
-SHARD_DBS=${SHARD_DBS:-small large} SHARD_ONE=${SHARD_ONE:-1} SHARD_WINDOW=${SHARD_WINDOW:-0}
+SHARD_DBS=${SHARD_DBS:-small large} SHARD_ONE=${SHARD_ONE:-1} SHARD_SHAPE=${SHARD_SHAPE:-pool} SHARD_WINDOW=${SHARD_WINDOW:-0}
 GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
 log() { printf 'perf-scale: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -71,6 +73,7 @@ for db in $SHARD_DBS; do [[ $db == small || $db == large ]] || die "SHARD_DBS=$S
 [[ $PREWARM == 0 || $PREWARM == 1 ]] || die "PREWARM=$PREWARM: want 0 or 1"
 [[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
 [[ $SHARD_SCOPES =~ ^[1-9][0-9]*$ ]] || die "SHARD_SCOPES=$SHARD_SCOPES: want a positive whole number"
+[[ $SHARD_SHAPE == pool || $SHARD_SHAPE == own ]] || die "SHARD_SHAPE=$SHARD_SHAPE: want pool or own"
 [[ $SHARED_BUFFERS =~ ^[1-9][0-9]*(MB|GB)$ ]] || die "SHARED_BUFFERS=$SHARED_BUFFERS: want e.g. 4GB or 512MB"
 [ -z "$ORIGIN_SRC" ] || [ -f "$ORIGIN_SRC/cmd/xet-origin/main.go" ] || die "ORIGIN_SRC=$ORIGIN_SRC: no cmd/xet-origin there"
 
@@ -400,7 +403,7 @@ shards() {
 		windows "$db" "$SHARD_WINDOW" >"$OUT/$name.windows.txt" &
 		spid=$!
 	fi
-	"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards \
+	"$B/ingestbench" -url "http://${OURL[$db]}" -write-token "$W" -server-pid "${OPID[$db]}" -mode shards -shape "$SHARD_SHAPE" -db-pid "$PGPID" \
 		-n "$SHARDS" -concurrency $((16 * k)) >"$OUT/$name.txt" || die "ingestbench failed"
 	if [ -n "$spid" ]; then
 		kill "$spid" 2>/dev/null || true
@@ -411,7 +414,7 @@ shards() {
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >>"$OUT/$name.bg.txt"
 	c1=$(pg_cpu "$PGPID") w1=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
 	awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" -v n="$SHARDS" \
-		'BEGIN { printf "postgres cpu (server, incl. the pool upload): %.2f s = %.3f ms per shard\n", (b - a) / hz, (b - a) * 1000 / hz / n }' >>"$OUT/$name.txt"
+		'BEGIN { printf "postgres cpu (server, incl. the untimed xorb upload): %.2f s = %.3f ms per shard\n", (b - a) / hz, (b - a) * 1000 / hz / n }' >>"$OUT/$name.txt"
 	awk -v n="$SHARDS" -v r="$((w1[0] - w0[0]))" -v f="$((w1[1] - w0[1]))" -v b="$((w1[2] - w0[2]))" \
 		'BEGIN { printf "postgres wal per shard: %.1f records, %.2f full-page images, %.0f bytes\n", r / n, f / n, b / n }' >>"$OUT/$name.txt"
 	cat "$OUT/$name.bg.txt" >>"$OUT/$name.txt" && rm "$OUT/$name.bg.txt"

@@ -10,10 +10,15 @@
 # database, an origin on it (objects on local disk, limits.uploads_per_scope 256 so that
 # CONCURRENCY is not capped at 16), `ingestbench -mode shards -n N -concurrency CONCURRENCY`,
 # the origin stopped. PostgreSQL's CPU per shard is its postmaster's utime+stime+cutime+cstime
-# plus its live children's utime+stime, read before the run (origin up) and after the origin
-# stopped (its backends have then exited into the postmaster's cutime): the server's whole cost,
-# background writers and autovacuum included, and no other PostgreSQL on the machine. Prints
-# one line per run and the medians per revision. Removes everything on exit.
+# plus its live children's utime+stime over ingestbench's timed part (-db-pid: without the
+# untimed upload of the xorbs the shards reference): the server's whole cost, background
+# writers and autovacuum included, and no other PostgreSQL on the machine. Prints one line per
+# run and the medians per revision. Removes everything on exit.
+#
+# SHAPE picks ingestbench's shard shape (-shape): pool (default; every shard's files draw from
+# 16 shared xorbs, so concurrent registrations take over the same dedup rows: the worst case
+# for batches in flight at once) or own (each shard references a xorb of its own, uploaded
+# before the run in its scope and described in its xorb section, as hf_xet uploads look).
 #
 # PG_OPTS adds server settings ("-c name=value ..."); STATS=1 loads pg_stat_statements
 # (track_planning on) and prints, after each run, the statements that took most of the
@@ -23,10 +28,11 @@
 # DIR/NAME-ROUND.pprof.* (merge with go tool pprof).
 set -euo pipefail
 
-ROUNDS=${ROUNDS:-3} N=${N:-3000} CONCURRENCY=${CONCURRENCY:-64} P=${PORT_BASE:-31950} SCOPES=${SCOPES:-1} STATS=${STATS:-0} PG_OPTS=${PG_OPTS:-} PROFILE=${PROFILE:-}
+ROUNDS=${ROUNDS:-3} N=${N:-3000} CONCURRENCY=${CONCURRENCY:-64} P=${PORT_BASE:-31950} SCOPES=${SCOPES:-1} SHAPE=${SHAPE:-pool} STATS=${STATS:-0} PG_OPTS=${PG_OPTS:-} PROFILE=${PROFILE:-}
 die() { echo "shardreg.sh: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: $0 NAME=SRCDIR [NAME=SRCDIR ...]"
 [[ $STATS == 0 || $STATS == 1 ]] || die "STATS=$STATS: want 0 or 1"
+[[ $SHAPE == pool || $SHAPE == own ]] || die "SHAPE=$SHAPE: want pool or own"
 [[ $PG_OPTS =~ ^(\ *-c\ [a-z_.]+=[A-Za-z0-9_.]+)*\ *$ ]] || die "PG_OPTS=$PG_OPTS: want -c name=value ..."
 for v in ROUNDS N CONCURRENCY P SCOPES; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive integer"; done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,7 +75,6 @@ pg_up=1
 PGPID=$(head -1 "$PGD/postmaster.pid")
 echo "# $(date -u +%FT%TZ), $(nproc) cores, $("$PGBIN/postgres" --version), N=$N CONCURRENCY=$CONCURRENCY SCOPES=$SCOPES ROUNDS=$ROUNDS${PG_OPTS:+ PG_OPTS=$PG_OPTS}"
 
-HZ=$(getconf CLK_TCK)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$P" -U xet "$@"; }
 
 declare -A rate ocpu pcpu
@@ -105,16 +110,16 @@ for r in $(seq "$ROUNDS"); do
 		fi
 		load=$(cut -d' ' -f1-3 /proc/loadavg)
 		[ "$STATS" = 1 ] && w0=$(psql_ -d "$db" -At -c "SELECT pg_current_wal_lsn()")
-		c0=$(pg_cpu "$PGPID")
-		"$WORK/bin/ingestbench" -url "http://127.0.0.1:$((P + 1))" -write-token "$W" -server-pid "$OPID" -mode shards \
+		"$WORK/bin/ingestbench" -url "http://127.0.0.1:$((P + 1))" -write-token "$W" -server-pid "$OPID" -mode shards -shape "$SHAPE" -db-pid "$PGPID" \
 			-n "$N" -concurrency "$CONCURRENCY" "${prof[@]}" >"$WORK/ib.txt" || { cat "$WORK/ib.txt" "$WORK/o-$db.log" >&2; die "ingestbench failed"; }
 		kill "$OPID"; wait "$OPID" 2>/dev/null || true; OPID=
 		sleep 1
-		c1=$(pg_cpu "$PGPID")
 		s=$(sed -n 's/.* \([0-9.]*\) shards\/s .*/\1/p' "$WORK/ib.txt")
 		lat=($(sed -n 's/.*p50=\([^ ]*\) p99=\([^ ]*\) .*/\1 \2/p' "$WORK/ib.txt"))
 		o=$(sed -n 's/^origin cpu: .* = \([0-9.]*\) ms per shard.*/\1/p' "$WORK/ib.txt")
-		pg=$(awk -v a="$c0" -v b="$c1" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.3f", (b - a) * 1000 / hz / n }')
+		# PostgreSQL's CPU of the timed part (ingestbench -db-pid), without the untimed upload of
+		# the xorbs the shards reference (SHAPE=own uploads one per shard).
+		pg=$(sed -n 's/^db-pid cpu: .* = \([0-9.]*\) ms per shard.*/\1/p' "$WORK/ib.txt")
 		printf '%-8s %5s %9s %9s %9s %12s %12s  %s\n' "$name" "$r" "$s" "${lat[0]}" "${lat[1]}" "$o" "$pg" "$load"
 		[ "$STATS" = 1 ] && psql_ -d "$db" -P pager=off -c "SELECT round((total_plan_time + total_exec_time)::numeric / $N, 4) AS ms_per_shard,
 			round(calls::numeric / $N, 2) AS calls_per_shard, round(total_plan_time::numeric / greatest(plans, 1), 3) AS plan_ms,

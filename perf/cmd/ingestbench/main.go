@@ -52,6 +52,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/perf/fixture"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
+	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
@@ -61,10 +62,12 @@ type config struct {
 	dbComm                            string
 	insecure                          bool
 	seed                              uint64
-	serverPID                         int
+	serverPID, dbPID                  int
 	n, concurrency                    int
 	chunks, chunkSize                 int
 	pool, files, terms                int
+	shape                             string
+	ownChunks                         int
 }
 
 func main() {
@@ -78,6 +81,7 @@ func main() {
 	flag.StringVar(&c.metrics, "metrics", "", "origin admin /metrics URL (validation seconds)")
 	flag.StringVar(&c.profile, "profile", "", "save a CPU profile of the origin during the run to FILE.1, FILE.2, ... (needs -metrics)")
 	flag.StringVar(&c.adminTok, "admin-token", "", "admin token for -profile (xet-origin token --access admin)")
+	flag.IntVar(&c.dbPID, "db-pid", 0, "also report the CPU time of this process and its children (a private PostgreSQL's postmaster: its backends), timed part only")
 	flag.StringVar(&c.dbComm, "db-comm", "", "also report the CPU time of all processes with this command name (e.g. postgres)")
 	flag.IntVar(&c.n, "n", 0, "uploads (default 16 xorbs or 2000 shards)")
 	flag.IntVar(&c.concurrency, "concurrency", 4, "concurrent uploads")
@@ -86,6 +90,8 @@ func main() {
 	flag.IntVar(&c.pool, "pool-xorbs", 16, "shards mode: xorbs the files draw from")
 	flag.IntVar(&c.files, "files", 4, "shards mode: files per shard")
 	flag.IntVar(&c.terms, "terms", 4, "shards mode: terms per file")
+	flag.StringVar(&c.shape, "shape", "pool", "shards mode: pool (every shard's files draw from the shared -pool-xorbs; their dedup entries take over the same rows) | own (shard i's files reference a xorb of its own, uploaded before the run in shard i's scope and described in the shard's xorb section, as hf_xet sends it)")
+	flag.IntVar(&c.ownChunks, "own-chunks", 64, "shards mode, -shape own: chunks of each shard's own xorb")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -119,13 +125,17 @@ func cmpOr(v, def int) int {
 
 // usage is what a run cost: wall time, the origin's CPU time (when known) and ours.
 type usage struct {
-	wall, server, self, db time.Duration
-	serverKnown, dbKnown   bool
-	load0, load1           string // load averages before and after
+	wall, server, self, db, tree    time.Duration
+	serverKnown, dbKnown, treeKnown bool
+	load0, load1                    string // load averages before and after
 }
 
 // report prints the database's CPU (when measured) per unit and the load averages.
 func (u usage) report(n int, unit string, dbComm string) {
+	if u.treeKnown {
+		fmt.Printf("db-pid cpu: %.2f s = %.3f ms per %s, %.2f cores busy\n", u.tree.Seconds(),
+			u.tree.Seconds()*1000/float64(n), unit, u.tree.Seconds()/u.wall.Seconds())
+	}
 	if u.dbKnown {
 		fmt.Printf("%s cpu: %.2f s = %.2f ms per %s, %.2f cores busy\n", dbComm, u.db.Seconds(),
 			u.db.Seconds()*1000/float64(n), unit, u.db.Seconds()/u.wall.Seconds())
@@ -134,8 +144,9 @@ func (u usage) report(n int, unit string, dbComm string) {
 }
 
 type meter struct {
-	pid          int
+	pid, dbPID   int
 	dbComm       string
+	tree         time.Duration
 	start        time.Time
 	server, self time.Duration
 	db           time.Duration
@@ -143,8 +154,11 @@ type meter struct {
 	err          error
 }
 
-func startMeter(pid int, dbComm string) *meter {
-	m := &meter{pid: pid, dbComm: dbComm, start: time.Now(), load: loadAvg()}
+func startMeter(pid, dbPID int, dbComm string) *meter {
+	m := &meter{pid: pid, dbPID: dbPID, dbComm: dbComm, start: time.Now(), load: loadAvg()}
+	if dbPID > 0 {
+		m.tree = treeCPU(dbPID)
+	}
 	m.self, _ = fixture.ProcCPU(os.Getpid())
 	if pid > 0 {
 		m.server, m.err = fixture.ProcCPU(pid)
@@ -190,8 +204,44 @@ func commCPU(comm string) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
+// treeCPU returns the CPU time of process pid (utime, stime, and cutime+cstime of its exited
+// children) plus utime+stime of its live children, as perf/pg.sh's pg_cpu counts a
+// PostgreSQL server: the postmaster and its backends.
+func treeCPU(pid int) time.Duration {
+	fields := func(p string) []string {
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			return nil
+		}
+		if end := bytes.LastIndexByte(b, ')'); end >= 0 {
+			return strings.Fields(string(b[end+1:])) // f[0] is field 3
+		}
+		return nil
+	}
+	sum := func(f []string, k int) (t int64) {
+		for _, v := range f[min(11, len(f)):min(11+k, len(f))] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			t += n
+		}
+		return t
+	}
+	p := strconv.Itoa(pid)
+	ticks := sum(fields(p), 4)
+	tasks, _ := os.ReadDir("/proc/" + p + "/task")
+	for _, t := range tasks {
+		b, _ := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
+		for _, c := range strings.Fields(string(b)) {
+			ticks += sum(fields(c), 2)
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
 func (m *meter) stop() usage {
 	u := usage{wall: time.Since(m.start), load0: m.load, load1: loadAvg()}
+	if m.dbPID > 0 {
+		u.tree, u.treeKnown = treeCPU(m.dbPID)-m.tree, true
+	}
 	if m.dbComm != "" {
 		u.db, u.dbKnown = commCPU(m.dbComm)-m.db, true
 	}
@@ -240,7 +290,7 @@ func xorbs(ctx context.Context, c *config) error {
 	}
 	stopProfile := startProfile(ctx, c, admin)
 
-	m := startMeter(c.serverPID, c.dbComm)
+	m := startMeter(c.serverPID, c.dbPID, c.dbComm)
 	lat, err := timedUploads(ctx, len(ups), c.concurrency, "xorb", func(ctx context.Context, i int) (bool, error) {
 		return cl.PutXorb(ctx, ups[i].h, ups[i].first, ups[i].rest)
 	})
@@ -344,31 +394,25 @@ func shards(ctx context.Context, c *config) error {
 		}
 		cls[i] = fixture.NewClient(c.url, t, max(1, c.concurrency/len(toks)), c.insecure)
 	}
-	spec := fixture.XorbSpec{Tag: "reg", Seed: 1, Chunks: 1024, MinChunk: 16, MaxChunk: 240}
-	xs := spec.BuildAll(c.pool, runtime.GOMAXPROCS(0))
-	for _, cl := range cls { // every scope uploads (and so holds) the pool
-		if err := cl.PutXorbs(ctx, xs, 4); err != nil {
-			return err
-		}
+	var bodies [][]byte
+	var err error
+	switch c.shape {
+	case "pool":
+		bodies, err = poolShards(ctx, c, cls)
+	case "own":
+		bodies, err = ownShards(ctx, c, cls)
+	default:
+		err = fmt.Errorf("-shape %q: want pool or own", c.shape)
 	}
-	layouts := make([]*xorb.Layout, len(xs))
-	for i := range xs {
-		layouts[i] = xs[i].Layout
+	if err != nil {
+		return err
 	}
-	bodies := make([][]byte, c.n)
-	for i := range bodies {
-		sh, err := fixture.RegistrationShard(layouts, c.seed, i, c.files, c.terms)
-		if err != nil {
-			return err
-		}
-		bodies[i] = sh.AppendUpload(nil)
-	}
-	fmt.Printf("setup: %d pool xorbs, %d shards of %d files x %d terms (%d B each) over %d scopes in %v\n", c.pool, c.n, c.files, c.terms,
+	fmt.Printf("setup: shape %s, %d shards of %d files x %d terms (%d B each) over %d scopes in %v\n", c.shape, c.n, c.files, c.terms,
 		len(bodies[0]), len(cls), time.Since(t0).Round(time.Millisecond))
 
 	stopProfile := startProfile(ctx, c, &http.Client{})
 
-	m := startMeter(c.serverPID, c.dbComm)
+	m := startMeter(c.serverPID, c.dbPID, c.dbComm)
 	// Each scope gets its share of -concurrency and the shards i with i mod len(cls) = its
 	// index, so no scope has more in flight than its share (the origin refuses uploads over
 	// its per-scope limit).
@@ -400,14 +444,81 @@ func shards(ctx context.Context, c *config) error {
 	}
 	u := m.stop()
 	stopProfile()
-	fmt.Printf("shards: n=%d concurrency=%d scopes=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
-		c.n, c.concurrency, len(cls), c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
+	fmt.Printf("shards: shape=%s n=%d concurrency=%d scopes=%d files/shard=%d terms/file=%d wall=%v  %.0f shards/s  latency %s\n",
+		c.shape, c.n, c.concurrency, len(cls), c.files, c.terms, u.wall.Round(time.Millisecond), float64(c.n)/u.wall.Seconds(), quantiles(lat))
 	if u.serverKnown {
 		fmt.Printf("origin cpu: %.2f s = %.2f ms per shard, %.2f cores busy; ingestbench itself %.2f s\n",
 			u.server.Seconds(), u.server.Seconds()*1000/float64(c.n), u.server.Seconds()/u.wall.Seconds(), u.self.Seconds())
 	}
 	u.report(c.n, "shard", c.dbComm)
 	return nil
+}
+
+// poolShards uploads the pool of -pool-xorbs xorbs in every scope (untimed) and returns the
+// upload shards: files drawing random chunk runs from the whole pool, no xorb section. Every
+// shard's dedup entries (its files' first chunks and anchors) are chunks of the same pool, so
+// concurrent registrations take over the same dedup rows: the worst case for batches in flight
+// at once, not what hf_xet uploads look like.
+func poolShards(ctx context.Context, c *config, cls []*fixture.Client) ([][]byte, error) {
+	spec := fixture.XorbSpec{Tag: "reg", Seed: 1, Chunks: 1024, MinChunk: 16, MaxChunk: 240}
+	xs := spec.BuildAll(c.pool, runtime.GOMAXPROCS(0))
+	for _, cl := range cls { // every scope uploads (and so holds) the pool
+		if err := cl.PutXorbs(ctx, xs, 4); err != nil {
+			return nil, err
+		}
+	}
+	layouts := make([]*xorb.Layout, len(xs))
+	for i := range xs {
+		layouts[i] = xs[i].Layout
+	}
+	bodies := make([][]byte, c.n)
+	for i := range bodies {
+		sh, err := fixture.RegistrationShard(layouts, c.seed, i, c.files, c.terms)
+		if err != nil {
+			return nil, err
+		}
+		bodies[i] = sh.AppendUpload(nil)
+	}
+	return bodies, nil
+}
+
+// ownShards uploads, untimed, one fresh xorb of -own-chunks chunks per shard through the scope
+// that registers the shard (shard i's scope is token i mod the count, as in the timed run), so
+// that scope possesses it as after a real upload, and returns the shards: files whose terms are
+// chunk runs of that xorb only, and the xorb's block in the shard's xorb section, as hf_xet
+// sends the xorbs of its session. Each shard's dedup entries (its files' first chunks, chunks
+// with hash % 1024 == 0 of its xorb section, anchors) are new rows, shared with no other
+// registration.
+func ownShards(ctx context.Context, c *config, cls []*fixture.Client) ([][]byte, error) {
+	// The seed makes the xorbs new content for every run, as the shards are; chunks of at
+	// least 48 bytes keep the whole "tag/seed/xorb/chunk:" prefix that makes them distinct.
+	spec := fixture.XorbSpec{Tag: "own", Seed: c.seed, Chunks: c.ownChunks, MinChunk: 48, MaxChunk: 240}
+	if err := spec.Check(); err != nil {
+		return nil, err
+	}
+	xs := spec.BuildAll(c.n, runtime.GOMAXPROCS(0))
+	g, gctx := errgroup.WithContext(ctx)
+	for k, cl := range cls {
+		var mine []fixture.Xorb
+		for i := k; i < len(xs); i += len(cls) {
+			mine = append(mine, xs[i])
+		}
+		g.Go(func() error { return cl.PutXorbs(gctx, mine, 4) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	bodies := make([][]byte, c.n)
+	for i := range bodies {
+		ls := []*xorb.Layout{xs[i].Layout}
+		sh, err := fixture.RegistrationShard(ls, c.seed, i, c.files, c.terms)
+		if err != nil {
+			return nil, err
+		}
+		sh.Xorbs = []shard.Xorb{fixture.XorbBlock(xs[i].Layout)}
+		bodies[i] = sh.AppendUpload(nil)
+	}
+	return bodies, nil
 }
 
 // quantiles formats p50/p99/max of lat (sorted in place).
