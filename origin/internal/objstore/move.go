@@ -22,18 +22,7 @@ type Mover interface {
 }
 
 // MoverOf returns the Mover under s's decorators, or false when the store has none.
-func MoverOf(s any) (Mover, bool) {
-	for {
-		if m, ok := s.(Mover); ok {
-			return m, true
-		}
-		u, ok := s.(interface{ Unwrap() ObjectStore })
-		if !ok {
-			return nil, false
-		}
-		s = u.Unwrap()
-	}
-}
+func MoverOf(s any) (Mover, bool) { return under[Mover](s) }
 
 var _ Mover = (*Local)(nil)
 

@@ -249,14 +249,19 @@ type TempRemover interface {
 }
 
 // TempRemoverOf returns the TempRemover under s's decorators, or false when the store has none.
-func TempRemoverOf(s any) (TempRemover, bool) {
+func TempRemoverOf(s any) (TempRemover, bool) { return under[TempRemover](s) }
+
+// under returns the first of s and the stores under its decorators (Unwrap) that implements
+// T, or false when none does.
+func under[T any](s any) (T, bool) {
 	for {
-		if tr, ok := s.(TempRemover); ok {
-			return tr, true
+		if t, ok := s.(T); ok {
+			return t, true
 		}
 		u, ok := s.(interface{ Unwrap() ObjectStore })
 		if !ok {
-			return nil, false
+			var zero T
+			return zero, false
 		}
 		s = u.Unwrap()
 	}
