@@ -33,7 +33,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -157,7 +156,7 @@ type meter struct {
 func startMeter(pid, dbPID int, dbComm string) *meter {
 	m := &meter{pid: pid, dbPID: dbPID, dbComm: dbComm, start: time.Now(), load: loadAvg()}
 	if dbPID > 0 {
-		m.tree = treeCPU(dbPID)
+		m.tree, _ = fixture.ProcTreeCPU(dbPID)
 	}
 	m.self, _ = fixture.ProcCPU(os.Getpid())
 	if pid > 0 {
@@ -182,65 +181,24 @@ func loadAvg() string {
 // (children that exited are counted by their parent). Unreadable processes are skipped.
 func commCPU(comm string) time.Duration {
 	ents, _ := os.ReadDir("/proc")
-	var ticks int64
+	var ticks time.Duration
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || end < open || string(b[open+1:end]) != comm {
-			continue
-		}
-		f := strings.Fields(string(b[end+1:])) // f[0] is field 3; utime..cstime are fields 14..17
-		for _, v := range f[min(11, len(f)):min(15, len(f))] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
+		if c, f, err := fixture.ProcStat(e.Name()); err == nil && c == comm {
+			ticks += fixture.StatTicks(f, 4)
 		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-// treeCPU returns the CPU time of process pid (utime, stime, and cutime+cstime of its exited
-// children) plus utime+stime of its live children, as perf/pg.sh's pg_cpu counts a
-// PostgreSQL server: the postmaster and its backends.
-func treeCPU(pid int) time.Duration {
-	fields := func(p string) []string {
-		b, err := os.ReadFile("/proc/" + p + "/stat")
-		if err != nil {
-			return nil
-		}
-		if end := bytes.LastIndexByte(b, ')'); end >= 0 {
-			return strings.Fields(string(b[end+1:])) // f[0] is field 3
-		}
-		return nil
-	}
-	sum := func(f []string, k int) (t int64) {
-		for _, v := range f[min(11, len(f)):min(11+k, len(f))] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			t += n
-		}
-		return t
-	}
-	p := strconv.Itoa(pid)
-	ticks := sum(fields(p), 4)
-	tasks, _ := os.ReadDir("/proc/" + p + "/task")
-	for _, t := range tasks {
-		b, _ := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
-		for _, c := range strings.Fields(string(b)) {
-			ticks += sum(fields(c), 2)
-		}
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return ticks * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 func (m *meter) stop() usage {
 	u := usage{wall: time.Since(m.start), load0: m.load, load1: loadAvg()}
 	if m.dbPID > 0 {
-		u.tree, u.treeKnown = treeCPU(m.dbPID)-m.tree, true
+		if t, err := fixture.ProcTreeCPU(m.dbPID); err == nil {
+			u.tree, u.treeKnown = t-m.tree, true
+		}
 	}
 	if m.dbComm != "" {
 		u.db, u.dbKnown = commCPU(m.dbComm)-m.db, true
