@@ -152,19 +152,19 @@ const trashPrefix = "trash/"
 // holds is what was under key at that moment); without one, by copying the object to the trash
 // key and deleting it, which makes the bytes durable before the Delete (the collector dying
 // after it leaves them for the next run) but copies what was read, not what was deleted.
-// ErrNotFound: nothing under key (deleted meanwhile).
-func moveToTrash(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, o GCOptions) (bool, error) {
+// ErrNotFound: nothing under key (deleted meanwhile); errTooLarge: left in place (logged).
+func moveToTrash(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, o GCOptions) error {
 	trash := trashPrefix + obj.Key
 	if m, ok := objstore.MoverOf(objs); ok {
-		return true, m.Move(ctx, obj.Key, trash)
+		return m.Move(ctx, obj.Key, trash)
 	}
 	if obj.Size > maxOrphanCopy {
 		o.Log.WarnContext(ctx, "orphan object too large to collect safely, left in place", "key", obj.Key, "size", obj.Size)
-		return false, nil
+		return errTooLarge
 	}
 	rc, size, err := objs.Get(ctx, obj.Key)
 	if err != nil {
-		return true, err
+		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(rc, maxOrphanCopy+1))
 	rc.Close()
@@ -172,26 +172,29 @@ func moveToTrash(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, o
 		err = fmt.Errorf("%w: read %d bytes of %d", objstore.ErrSize, len(body), size)
 	}
 	if err != nil {
-		return true, fmt.Errorf("read %s: %w", obj.Key, err)
+		return fmt.Errorf("read %s: %w", obj.Key, err)
 	}
 	if err := objs.Put(ctx, trash, bytes.NewReader(body), size); err != nil {
-		return true, fmt.Errorf("copy %s to the trash: %w", obj.Key, err)
+		return fmt.Errorf("copy %s to the trash: %w", obj.Key, err)
 	}
 	if err := objs.Delete(ctx, obj.Key); err != nil {
-		return true, fmt.Errorf("delete %s: %w", obj.Key, err)
+		return fmt.Errorf("delete %s: %w", obj.Key, err)
 	}
-	return true, nil
+	return nil
 }
+
+// errTooLarge: moveToTrash left an orphan larger than maxOrphanCopy in place.
+var errTooLarge = errors.New("orphan too large to copy")
 
 // deleteOrphan moves obj to the trash, re-reads the index, and then either deletes the trash
 // entry (no row: the orphan is gone) or puts its bytes back under the key (a row appeared: an
 // upload indexed the object meanwhile). It reports whether obj was deleted (and counted in
 // ObjectsDeleted and BytesReclaimed). Dying anywhere in between leaves the trash entry, which
-// the next run's restoreTrash settles.
+// the next run's settleTrash settles.
 func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, indexed func() (bool, error),
 	o GCOptions, rep *Report, fail func(string)) (bool, error) {
-	moved, err := moveToTrash(ctx, objs, obj, o)
-	if !moved || errors.Is(err, objstore.ErrNotFound) {
+	err := moveToTrash(ctx, objs, obj, o)
+	if errors.Is(err, errTooLarge) || errors.Is(err, objstore.ErrNotFound) {
 		return false, nil // too large, or deleted meanwhile
 	}
 	if err != nil {
