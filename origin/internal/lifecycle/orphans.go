@@ -147,7 +147,7 @@ func isIndexed(ctx context.Context, ix GCIndex, isXorb bool, h hash.Hash) (bool,
 	return false, fmt.Errorf("look up %s: %w", h, err)
 }
 
-// maxOrphanCopy bounds the copy a store without a Mover keeps of an orphan; a larger object is
+// maxOrphanCopy bounds the copy a store with neither mover keeps of an orphan; a larger object is
 // left alone (none this origin writes comes near: a xorb is at most 64 MiB).
 const maxOrphanCopy = 1 << 30
 
