@@ -81,7 +81,42 @@ type MatchMover interface {
 var ErrChanged = errors.New("objstore: object changed")
 
 // MatchMoverOf returns the MatchMover under s's decorators, or false when the store has none.
-func MatchMoverOf(s any) (MatchMover, bool) { return under[MatchMover](s) }
+// The Timeouts decorators it passes still bound it: each of the two requests a move makes
+// counts as a step, so a move that makes no progress for twice their bound fails with
+// ErrUnavailable.
+func MatchMoverOf(s any) (MatchMover, bool) {
+	var bounds []*Timeouts
+	for {
+		if m, ok := s.(MatchMover); ok {
+			for i := len(bounds) - 1; i >= 0; i-- {
+				m = boundedMatchMover{bounds[i], m}
+			}
+			return m, true
+		}
+		if t, ok := s.(*Timeouts); ok {
+			bounds = append(bounds, t)
+		}
+		u, ok := s.(interface{ Unwrap() ObjectStore })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+}
+
+// boundedMatchMover is a MatchMover found under a Timeouts decorator, bounded by it.
+type boundedMatchMover struct {
+	t    *Timeouts
+	next MatchMover
+}
+
+func (b boundedMatchMover) MoveMatch(ctx context.Context, from, to, etag string) error {
+	w := newWatchdog(ctx, 2*b.t.d) // the copy and the DELETE
+	defer w.cancel()
+	err := b.next.MoveMatch(w.ctx, from, to, etag)
+	w.disarm()
+	return w.err(err)
+}
 
 var _ MatchMover = (*S3)(nil)
 
