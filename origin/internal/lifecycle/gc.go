@@ -43,7 +43,8 @@ type GCObjects interface {
 	List(ctx context.Context, prefix string, fn func(objstore.ObjectInfo) error) error
 	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	Create(ctx context.Context, key string, r io.Reader, size int64) error
-	// Put copies an orphan to the trash on a store without objstore.Mover.
+	// Put copies an orphan to the trash on a store with neither objstore.Mover nor
+	// objstore.MatchMover.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 }
 

@@ -43,10 +43,17 @@ import (
 //     every run starts with settleTrash, which restores entries whose key got a row and deletes
 //     those moved before cutoff that still have none. A reader of the key sees it missing in
 //     between (an error it retries), never other bytes.
-//   - A store without a Mover (S3) copies the object to the trash and then deletes it: the bytes
-//     are durable before the Delete, so a crash loses nothing, but they are the bytes read, not
-//     those deleted; the other-encoding race above stays open there for the moment between the
-//     read and the Delete (docs/decisions.md, "Orphans go to the trash, not away").
+//   - S3 has no atomic move. Its objstore.MatchMover copies the object to the trash on the
+//     service, only if it is still the write listed (its ETag), and then deletes it: the bytes
+//     are durable before the Delete, so a crash loses nothing, and they are the orphan examined;
+//     an object written under the key since the listing (the other encoding above) is left
+//     alone, neither moved nor deleted. The Delete carries If-Match with the same ETag, which
+//     closes the rest on a service with conditional deletes; MinIO ignores it, so there an
+//     object written in the one round trip between the copy and the Delete is deleted, and put
+//     back from the trash copy of the orphan if indexed: the other-encoding race stays open on
+//     MinIO for that round trip (docs/decisions.md, "Orphans go to the trash, not away" and
+//     2026-12-03 "S3 orphan moves bound to the listed ETag"). A store with neither (none in
+//     this repository) copies the bytes it read, as S3 did before.
 //
 // A swept xorb whose object deletion is pending has no row either; the real run deletes those
 // before this pass, a dry run counts them here too.
@@ -140,7 +147,7 @@ func isIndexed(ctx context.Context, ix GCIndex, isXorb bool, h hash.Hash) (bool,
 	return false, fmt.Errorf("look up %s: %w", h, err)
 }
 
-// maxOrphanCopy bounds the copy a store without a Mover keeps of an orphan; a larger object is
+// maxOrphanCopy bounds the copy a store with neither mover keeps of an orphan; a larger object is
 // left alone (none this origin writes comes near: a xorb is at most 64 MiB).
 const maxOrphanCopy = 1 << 30
 
@@ -149,14 +156,26 @@ const maxOrphanCopy = 1 << 30
 const trashPrefix = "trash/"
 
 // moveToTrash moves key to its trash key: with the store's Mover, atomically (what the trash
-// holds is what was under key at that moment); without one, by copying the object to the trash
-// key and deleting it, which makes the bytes durable before the Delete (the collector dying
-// after it leaves them for the next run) but copies what was read, not what was deleted.
-// ErrNotFound: nothing under key (deleted meanwhile); errTooLarge: left in place (logged).
+// holds is what was under key at that moment); with its MatchMover (S3), only if key still
+// holds the write listed (obj.ETag; errChanged and nothing done if not); with neither, by
+// copying the object to the trash key and deleting it. Either copy makes the bytes durable
+// before the Delete (the collector dying after it leaves them for the next run); the last
+// copies what was read, not what was deleted. ErrNotFound: nothing under key (deleted
+// meanwhile); errTooLarge: left in place (logged).
 func moveToTrash(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, o GCOptions) error {
 	trash := trashPrefix + obj.Key
 	if m, ok := objstore.MoverOf(objs); ok {
 		return m.Move(ctx, obj.Key, trash)
+	}
+	if m, ok := objstore.MatchMoverOf(objs); ok {
+		err := m.MoveMatch(ctx, obj.Key, trash, obj.ETag)
+		if errors.Is(err, objstore.ErrChanged) {
+			// Written again since it was listed: not the orphan examined, and perhaps an
+			// upload's object by now. Left alone; a later run looks at it afresh.
+			o.Log.InfoContext(ctx, "orphan object written again since it was listed, left in place", "key", obj.Key)
+			return errChanged
+		}
+		return err
 	}
 	if obj.Size > maxOrphanCopy {
 		o.Log.WarnContext(ctx, "orphan object too large to collect safely, left in place", "key", obj.Key, "size", obj.Size)
@@ -183,8 +202,12 @@ func moveToTrash(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, o
 	return nil
 }
 
-// errTooLarge: moveToTrash left an orphan larger than maxOrphanCopy in place.
-var errTooLarge = errors.New("orphan too large to copy")
+// errTooLarge: moveToTrash left an orphan larger than maxOrphanCopy in place; errChanged: it
+// left in place an object written again since it was listed (objstore.MatchMover).
+var (
+	errTooLarge = errors.New("orphan too large to copy")
+	errChanged  = errors.New("orphan written again since it was listed")
+)
 
 // deleteOrphan moves obj to the trash, re-reads the index, and then either deletes the trash
 // entry (no row: the orphan is gone) or puts its bytes back under the key (a row appeared: an
@@ -194,8 +217,8 @@ var errTooLarge = errors.New("orphan too large to copy")
 func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, indexed func() (bool, error),
 	o GCOptions, rep *Report, fail func(string)) (bool, error) {
 	err := moveToTrash(ctx, objs, obj, o)
-	if errors.Is(err, errTooLarge) || errors.Is(err, objstore.ErrNotFound) {
-		return false, nil // too large, or deleted meanwhile
+	if errors.Is(err, errTooLarge) || errors.Is(err, errChanged) || errors.Is(err, objstore.ErrNotFound) {
+		return false, nil // too large, written again, or deleted meanwhile
 	}
 	if err != nil {
 		return false, fmt.Errorf("gc: move %s to the trash: %w", obj.Key, err)

@@ -84,11 +84,22 @@ func (s hookMover) Move(ctx context.Context, from, to string) error {
 	return s.ObjectStore.(mover).Move(ctx, from, to)
 }
 
-// storeFor returns s over objs, with Move when objs has it.
+// hookMatchMover is a hookStore over a store with a MatchMover (S3), moving through it.
+type hookMatchMover struct{ *hookStore }
+
+func (s hookMatchMover) MoveMatch(ctx context.Context, from, to, etag string) error {
+	s.fire(from)
+	return s.ObjectStore.(objstore.MatchMover).MoveMatch(ctx, from, to, etag)
+}
+
+// storeFor returns s over objs, with Move or MoveMatch when objs has it.
 func storeFor(objs objstore.ObjectStore, s *hookStore) GCObjects {
 	s.ObjectStore = objs
 	if _, ok := objs.(mover); ok {
 		return hookMover{s}
+	}
+	if _, ok := objs.(objstore.MatchMover); ok {
+		return hookMatchMover{s}
 	}
 	return s
 }
@@ -162,44 +173,66 @@ func TestGCOrphanCrashBeforeRestore(t *testing.T) {
 	}
 }
 
-// TestGCOrphanOtherEncoding: a collection takes an orphan xorb for deletion (after reading it, on
-// a store without a Mover); before it removes the object, another one deletes that orphan and an
-// upload stores another encoding of the xorb and indexes it (a grace period forced shorter than
-// an upload). What the collector puts back must be what the row describes: the upload's bytes
-// (on main it put back its own earlier copy).
+// TestGCOrphanOtherEncoding: a collection examines an orphan xorb (listed, no row) and is about
+// to move it to the trash; right before the move (a grace period forced shorter than an upload)
+// the key gets another encoding of the xorb with its row — another collection deletes the
+// orphan and an upload creates its object, or an upload holding the row puts its bytes over the
+// orphan (ingest's ensureStored). The upload's object must be neither deleted nor overwritten.
+// On local disk the rename takes the upload's object and puts it back; on MinIO the move is
+// bound to the orphan's listed ETag and leaves the key alone. (On main the store without a Mover
+// deleted the upload's object and Created its earlier copy of the orphan in its place.)
 func TestGCOrphanOtherEncoding(t *testing.T) {
-	b := orphanBackends()[0] // sqlite+local: the store whose Move is atomic
-	ctx := t.Context()
-	ix, objs := b.open(t)
-	l := indextest.NewGen(14).Layout(2)
-	key := objstore.XorbKey(l.Hash)
-	enc1, enc2 := []byte("encoding one of the xorb (orphan)"), []byte("encoding two, the indexed one")
-	putObject(t, objs, key, enc1)
-	b.age(t, objs, []string{key})
-	hs := &hookStore{key: key, before: func() {
-		if err := objs.Delete(ctx, key); err != nil { // the other collection
-			t.Error(err)
+	for _, b := range orphanBackends() {
+		for _, replace := range []string{"delete-create", "put"} {
+			t.Run(b.name+"/"+replace, func(t *testing.T) {
+				ctx := t.Context()
+				ix, objs := b.open(t)
+				l := indextest.NewGen(14).Layout(2)
+				key := objstore.XorbKey(l.Hash)
+				enc1, enc2 := []byte("encoding one of the xorb (orphan)"), []byte("encoding two, the indexed one")
+				putObject(t, objs, key, enc1)
+				b.age(t, objs, []string{key})
+				hs := &hookStore{key: key, before: func() {
+					if replace == "put" {
+						if _, err := ix.PutXorb(ctx, l, uint64(len(enc2))); err != nil {
+							t.Error(err)
+						}
+						putObject(t, objs, key, enc2)
+						return
+					}
+					if err := objs.Delete(ctx, key); err != nil { // the other collection
+						t.Error(err)
+					}
+					if err := objs.Create(ctx, key, bytes.NewReader(enc2), int64(len(enc2))); err != nil { // the upload
+						t.Error(err)
+					}
+					if _, err := ix.PutXorb(ctx, l, uint64(len(enc2))); err != nil {
+						t.Error(err)
+					}
+				}}
+				rep, err := GC(ctx, ix, storeFor(objs, hs), GCOptions{Grace: b.grace})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hs.before != nil {
+					t.Fatal("the collection did not try to take the orphan away")
+				}
+				got, err := getBody(t, objs, key)
+				if err != nil || !bytes.Equal(got, enc2) {
+					t.Fatalf("object of the indexed xorb after gc: %q, %v; want the row's encoding %q", got, err, enc2)
+				}
+				restored := int64(0)
+				if _, ok := objs.(mover); ok {
+					restored = 1 // renamed away with the upload's bytes, and put back
+				}
+				if rep.OrphansRestored != restored || rep.ObjectsDeleted != 0 || rep.Orphans != 0 {
+					t.Errorf("report %+v; want %d restored, none deleted", rep, restored)
+				}
+				if _, err := objs.Stat(ctx, trashPrefix+key); !errors.Is(err, objstore.ErrNotFound) {
+					t.Errorf("trash entry after the collection: %v; want none", err)
+				}
+			})
 		}
-		if err := objs.Create(ctx, key, bytes.NewReader(enc2), int64(len(enc2))); err != nil { // the upload
-			t.Error(err)
-		}
-		if _, err := ix.PutXorb(ctx, l, uint64(len(enc2))); err != nil {
-			t.Error(err)
-		}
-	}}
-	rep, err := GC(ctx, ix, storeFor(objs, hs), GCOptions{Grace: b.grace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := getBody(t, objs, key)
-	if err != nil || !bytes.Equal(got, enc2) {
-		t.Fatalf("object of the indexed xorb after gc: %q, %v; want the row's encoding %q", got, err, enc2)
-	}
-	if rep.OrphansRestored != 1 || rep.ObjectsDeleted != 0 {
-		t.Errorf("report %+v; want 1 restored, none deleted", rep)
-	}
-	if _, err := objs.Stat(ctx, trashPrefix+key); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("trash entry after the restore: %v; want none", err)
 	}
 }
 

@@ -182,6 +182,10 @@ func (stallStore) Stat(ctx context.Context, _ string) (int64, error) {
 }
 func (stallStore) Delete(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 func (stallStore) Ping(ctx context.Context) error             { <-ctx.Done(); return ctx.Err() }
+func (stallStore) MoveMatch(ctx context.Context, _, _, _ string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
 func (stallStore) List(ctx context.Context, _ string, _ func(objstore.ObjectInfo) error) error {
 	<-ctx.Done()
 	return ctx.Err()
@@ -198,6 +202,13 @@ func TestTimeoutsCalls(t *testing.T) {
 		"Ping":   func() error { return b.Ping(ctx) },
 		"List": func() error {
 			return b.List(ctx, "", func(objstore.ObjectInfo) error { return nil })
+		},
+		"MoveMatch": func() error {
+			m, ok := objstore.MatchMoverOf(b)
+			if !ok {
+				t.Fatal("no MatchMover under Timeouts")
+			}
+			return m.MoveMatch(ctx, "k", "trash/k", "etag")
 		},
 	} {
 		start := time.Now()

@@ -81,6 +81,10 @@ type ObjectInfo struct {
 	Key     string
 	Size    int64
 	ModTime time.Time // when the object was last written (Put, Create)
+	// ETag identifies this write of the object on S3 (the service's entity tag, without
+	// quotes), so that a later request can be made conditional on the object being still the
+	// one listed (MatchMover); empty on local disk.
+	ETag string
 }
 
 // CheckPrefix reports whether prefix is a List prefix, returning an error wrapping ErrKey if not:

@@ -80,11 +80,19 @@ func NewS3(ctx context.Context, o S3Options) (*S3, error) {
 	if retries == 0 {
 		retries = 3
 	}
+	transport := o.Transport
+	if transport == nil {
+		t, err := minio.DefaultTransport(o.UseTLS)
+		if err != nil {
+			return nil, fmt.Errorf("objstore: s3 transport: %w", err)
+		}
+		transport = t
+	}
 	c, err := minio.New(o.Endpoint, &minio.Options{
 		Creds:      credentials.NewStaticV4(o.AccessKey, o.SecretKey, ""),
 		Secure:     o.UseTLS,
 		Region:     o.Region,
-		Transport:  o.Transport,
+		Transport:  ifMatchTransport{transport},
 		MaxRetries: retries,
 	})
 	if err != nil {
@@ -284,7 +292,7 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(ObjectInfo) error)
 		if CheckKey(o.Key) != nil {
 			continue
 		}
-		if err := fn(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified}); err != nil {
+		if err := fn(ObjectInfo{Key: o.Key, Size: o.Size, ModTime: o.LastModified, ETag: strings.Trim(o.ETag, `"`)}); err != nil {
 			return err
 		}
 	}
@@ -355,4 +363,21 @@ func (g *guardedReader) close() {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
+}
+
+// ifMatchKey is the context key of the ETag a DELETE is conditional on (ifMatchTransport).
+type ifMatchKey struct{}
+
+// ifMatchTransport sends "If-Match: <etag>" with a DELETE whose context carries an ETag under
+// ifMatchKey: minio-go's RemoveObject takes no header of the caller's. The header is added
+// after signing, so it is not among the signed ones, which Signature V4 allows for it. A
+// service without conditional deletes ignores it (MinIO does: S3.MoveMatch).
+type ifMatchTransport struct{ next http.RoundTripper }
+
+func (t ifMatchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if etag, ok := r.Context().Value(ifMatchKey{}).(string); ok && etag != "" && r.Method == http.MethodDelete {
+		r = r.Clone(r.Context())
+		r.Header.Set("If-Match", `"`+etag+`"`)
+	}
+	return t.next.RoundTrip(r)
 }

@@ -267,7 +267,8 @@ func TestXorbUploadEncodingsRaceOrphanDeletion(t *testing.T) {
 
 // restoringObjects is the store a collection sees, with an upload run right after it deletes
 // the object under key (between its Delete and its index re-check: deleteOrphan; a store with a
-// Mover renames it instead, see the Failpoint in TestXorbOrphanRestoreKeepsUpload).
+// Mover or a MatchMover, local disk and S3, moves it instead, see the Failpoint in
+// TestXorbOrphanRestoreKeepsUpload).
 type restoringObjects struct {
 	objstore.ObjectStore
 	key   string
@@ -309,8 +310,8 @@ func TestXorbOrphanRestoreKeepsUpload(t *testing.T) {
 			gcObjs := &restoringObjects{ObjectStore: objs, key: key, after: func() {
 				st, body = answer(t, e.postXorbAsync(x.h, x.bodies[xorb.ByteGrouping4LZ4]), "the upload")
 			}}
-			// On a store with a Mover the orphan is renamed into the trash, not deleted: the
-			// upload runs at the step after that.
+			// On a store with a Mover or a MatchMover the orphan is moved into the trash, not
+			// deleted: the upload runs at the step after that.
 			rep, err := lifecycle.GC(t.Context(), idx, gcObjs, lifecycle.GCOptions{Grace: tempGrace, Failpoint: func(step string) {
 				if step == lifecycle.StepOrphanTrashed {
 					gcObjs.once.Do(gcObjs.after)
