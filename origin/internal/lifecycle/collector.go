@@ -45,8 +45,12 @@ type Metrics struct {
 	deleted     prometheus.Counter
 	swept       prometheus.Counter
 	orphans     prometheus.Counter
-	condemned   prometheus.Gauge
-	usage       map[string]prometheus.Gauge
+	// The orphan pass's other outcomes (orphans.go).
+	orphansRestored prometheus.Counter
+	orphansLeft     prometheus.Counter
+	trashDeleted    prometheus.Counter
+	condemned       prometheus.Gauge
+	usage           map[string]prometheus.Gauge
 	// Dead shards and hub blobs.
 	sweptShards prometheus.Counter
 	blobs       prometheus.Counter
@@ -69,6 +73,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Objects garbage collection deleted (swept xorbs and orphans)."}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_orphan_objects_total",
 			Help: "Objects without an index row (left by failed uploads) garbage collection deleted; also in xet_origin_gc_deleted_objects_total."}),
+		orphansRestored: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_orphans_restored_total",
+			Help: "Orphan objects put back because an upload indexed them while garbage collection was taking them away."}),
+		orphansLeft: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_orphans_left_total",
+			Help: "Orphan objects garbage collection left in place: written again since they were listed, or too large to copy safely."}),
+		trashDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_trash_deleted_objects_total",
+			Help: "Trash entries (orphans a run that died had moved aside) older than the grace period with no index row, deleted; also in xet_origin_gc_deleted_objects_total."}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_origin_gc_swept_xorbs_total",
 			Help: "Xorbs garbage collection removed from the index."}),
 		condemned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xet_origin_gc_condemned_xorbs",
@@ -90,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.runs, m.failures, m.lastSuccess, m.lastSeconds, m.reclaimed, m.deleted, m.swept, m.orphans, m.condemned,
-			m.sweptShards, m.blobs)
+			m.sweptShards, m.blobs, m.orphansRestored, m.orphansLeft, m.trashDeleted)
 		for _, g := range m.usage {
 			reg.MustRegister(g)
 		}
@@ -150,6 +160,9 @@ func collectOnce(ctx context.Context, ix GCIndex, objs GCObjects, m *Metrics, o 
 	m.deleted.Add(float64(rep.ObjectsDeleted))
 	m.swept.Add(float64(rep.Swept))
 	m.orphans.Add(float64(rep.Orphans))
+	m.orphansRestored.Add(float64(rep.OrphansRestored))
+	m.orphansLeft.Add(float64(rep.OrphansLeft))
+	m.trashDeleted.Add(float64(rep.TrashDeleted))
 	m.sweptShards.Add(float64(rep.ShardsSwept))
 	m.blobs.Add(float64(rep.Blobs))
 	switch {

@@ -158,6 +158,9 @@ type Report struct {
 	// OrphansRestored: orphans put back because an upload indexed them while they were being
 	// deleted (not counted as deleted).
 	OrphansRestored int64 `json:"orphans_restored"`
+	// OrphansLeft: orphans left in place this run, found written again since they were listed
+	// (objstore.MatchMover) or too large to copy safely; a later run looks at them afresh.
+	OrphansLeft int64 `json:"orphans_left"`
 	// TrashDeleted: trash entries (orphans a run that died had moved aside, orphans.go) older
 	// than the grace period with no index row, deleted; their bytes are in ObjectsDeleted too.
 	TrashDeleted int64  `json:"trash_deleted"`

@@ -217,8 +217,12 @@ var (
 func deleteOrphan(ctx context.Context, objs GCObjects, obj objstore.ObjectInfo, indexed func() (bool, error),
 	o GCOptions, rep *Report, fail func(string)) (bool, error) {
 	err := moveToTrash(ctx, objs, obj, o)
-	if errors.Is(err, errTooLarge) || errors.Is(err, errChanged) || errors.Is(err, objstore.ErrNotFound) {
-		return false, nil // too large, written again, or deleted meanwhile
+	if errors.Is(err, errTooLarge) || errors.Is(err, errChanged) {
+		rep.OrphansLeft++
+		return false, nil
+	}
+	if errors.Is(err, objstore.ErrNotFound) {
+		return false, nil // deleted meanwhile
 	}
 	if err != nil {
 		return false, fmt.Errorf("gc: move %s to the trash: %w", obj.Key, err)
