@@ -44,6 +44,7 @@ func (f *flat) reserveTo(n int64) error {
 				return err
 			}
 		}
+		populate(f.b[f.reserved : f.reserved+spoolSegment])
 		f.reserved += spoolSegment
 	}
 	return nil

@@ -11,3 +11,5 @@ func freeSegment([]byte, bool) {}
 func newFlat(int64) ([]byte, error) { return nil, errNoFlat }
 
 func unmapFlat([]byte) {}
+
+func populate([]byte) {}
