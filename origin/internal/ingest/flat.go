@@ -44,7 +44,6 @@ func (f *flat) reserveTo(n int64) error {
 				return err
 			}
 		}
-		populate(f.b[f.reserved : f.reserved+spoolSegment])
 		f.reserved += spoolSegment
 	}
 	return nil

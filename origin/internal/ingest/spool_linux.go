@@ -59,16 +59,6 @@ func newFlat(n int64) ([]byte, error) {
 	return b, nil
 }
 
-// populate backs b's pages before the socket's bytes are read into them: one MADV_POPULATE_WRITE
-// (Linux 5.14) per segment instead of a page fault per 4 KiB page. Advice only: on an older
-// kernel the reads fault the pages in as before.
-func populate(b []byte) {
-	_ = syscall.Madvise(b, madvPopulateWrite)
-}
-
-// madvPopulateWrite is MADV_POPULATE_WRITE (not in package syscall).
-const madvPopulateWrite = 23
-
 // unmapFlat gives up what newFlat mapped: kept idle for the next body when flatIdle has room,
 // unmapped otherwise.
 func unmapFlat(b []byte) {

@@ -11,5 +11,3 @@ func freeSegment([]byte, bool) {}
 func newFlat(int64) ([]byte, error) { return nil, errNoFlat }
 
 func unmapFlat([]byte) {}
-
-func populate([]byte) {}
