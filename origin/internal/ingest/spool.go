@@ -14,8 +14,7 @@ import (
 // the reservation when the upload ends.
 type Memory func(n int64) error
 
-// spoolSegment is the unit a spool grows by, and reserves memory in: one transparent huge page
-// on Linux (spool_linux.go).
+// spoolSegment is the unit a spool grows by, and reserves memory in (a flat body too).
 const spoolSegment = 2 << 20
 
 // spool gathers a validated xorb object (the chunk area xorb.ValidateStream writes, then the

@@ -6,24 +6,30 @@ import (
 	"time"
 )
 
-// newSegment maps a segment of its own, asking the kernel for a transparent huge page
-// (MADV_HUGEPAGE: honoured where transparent_hugepage is "madvise" or "always"). A spool's
-// segments are written once, front to back, and dropped after one PUT, so what they cost is
-// their first touch: 512 page faults and clears of 4 KiB each per segment on the Go heap, one
-// fault of 2 MiB here (perf/BENCHMARKS.md, 2026-12-02, "Small-file uploads on Postgres +
-// MinIO, second pass"). A kernel that refuses the advice, or a mapping that is not 2 MiB
-// aligned, gives ordinary pages; a failed mapping falls back to the heap (mapped false).
+// newSegment maps a segment of its own, in ordinary pages (pageAdvice); a failed mapping falls
+// back to the heap (mapped false).
 func newSegment() (b []byte, mapped bool) {
 	b, err := syscall.Mmap(-1, 0, spoolSegment, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		return make([]byte, spoolSegment), false
 	}
-	_ = syscall.Madvise(b, madvHugepage) // advice only: ordinary pages without it
+	_ = syscall.Madvise(b, pageAdvice) // advice only
 	return b, true
 }
 
-// madvHugepage is MADV_HUGEPAGE (not in package syscall).
-const madvHugepage = 14
+// pageAdvice is the advice every spool segment and flat body is mapped with: MADV_NOHUGEPAGE,
+// ordinary 4 KiB pages even where transparent_hugepage is "always". A body's mapping is
+// touched once, front to back, as the socket's bytes arrive, so what its memory costs is the
+// first touch of each page. A fresh transparent huge page is taken from the kernel's free
+// blocks of 2 MiB and more, which is what a virtual machine with free page reporting (virtio
+// balloon) has handed back to its host: the first write to it then waits for the host to back
+// and clear 2 MiB, 3-6x what ordinary pages cost on such a machine (72 MB in a fresh process:
+// 88-226 ms with MADV_HUGEPAGE against 29-44 ms without, on a 2-vCPU KVM guest with page
+// reporting; on a Xeon guest without it huge pages had saved ~20-35 ms per 70 MB). Ordinary
+// pages are taken from what the kernel recycles, backed already (perf/BENCHMARKS.md,
+// 2026-12-03, "Small-file uploads on Postgres + MinIO: huge pages cost the first touch";
+// docs/decisions.md, "Ordinary pages for xorb bodies").
+const pageAdvice = 15 // MADV_NOHUGEPAGE (not in package syscall)
 
 // freeSegment unmaps a segment newSegment mapped; a heap one is left to the collector.
 func freeSegment(b []byte, mapped bool) {
@@ -49,7 +55,7 @@ func newFlat(n int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = syscall.Madvise(b, madvHugepage)
+	_ = syscall.Madvise(b, pageAdvice)
 	return b, nil
 }
 
@@ -71,8 +77,8 @@ func munmapFlat(b []byte) {
 const madvFree = 8
 
 // flatIdle keeps up to flatIdleMax mappings of finished flat bodies for the next ones. A fresh
-// mapping costs its first touch: the kernel clears each huge page before the socket's bytes
-// are copied into it, ~20 ms of CPU per 70 MB of xorbs (perf/BENCHMARKS.md, 2026-12-02,
+// mapping costs its first touch: the kernel backs and clears each page before the socket's
+// bytes are copied into it, ~20-40 ms of CPU per 70 MB of xorbs (perf/BENCHMARKS.md, 2026-12-02,
 // "Small-file uploads on Postgres + MinIO, third pass"); a kept one is written over as it is.
 // A kept mapping's pages are given to the kernel with MADV_FREE: they stay backed (and
 // uncleared) until the kernel needs the memory, which it then takes without writing them

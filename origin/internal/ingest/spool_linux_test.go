@@ -3,9 +3,14 @@ package ingest
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestFlatKept: a finished flat body's mapping is handed to the next body instead of a fresh
@@ -100,4 +105,80 @@ func TestFlatKeepBounds(t *testing.T) {
 			t.Fatalf("%d idle mappings still kept 10 s after the last was kept", n)
 		}
 	}
+}
+
+// TestFlatOrdinaryPages: a flat body's mapping and a spool segment are advised MADV_NOHUGEPAGE
+// ("nh" in /proc/self/smaps) and a written body is backed by no transparent huge page, whatever
+// transparent_hugepage says: fresh huge pages cost the first touch on a VM with free page
+// reporting (docs/decisions.md, "Ordinary pages for xorb bodies").
+func TestFlatOrdinaryPages(t *testing.T) {
+	flatIdle.drain()
+	t.Cleanup(flatIdle.drain)
+	b, err := newFlat(flatLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer munmapFlat(b)
+	for i := 0; i < 8*spoolSegment; i += 4096 {
+		b[i] = 1
+	}
+	seg, mapped := newSegment()
+	if !mapped {
+		t.Fatal("no mapping for a spool segment")
+	}
+	defer freeSegment(seg, mapped)
+	seg[0] = 1
+	for _, m := range []struct {
+		name string
+		b    []byte
+	}{{"flat body", b}, {"spool segment", seg}} {
+		flags, huge := smapsOf(t, m.b)
+		if !slices.Contains(flags, "nh") {
+			t.Errorf("%s: VmFlags %v, want nh (MADV_NOHUGEPAGE)", m.name, flags)
+		}
+		if huge != "0 kB" {
+			t.Errorf("%s: AnonHugePages %s, want 0 kB", m.name, huge)
+		}
+	}
+}
+
+// smapsOf returns the VmFlags and AnonHugePages of the mapping holding b's first byte (the
+// kernel may have merged it with a neighbour of the same flags).
+func smapsOf(t *testing.T, b []byte) (flags []string, huge string) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	at := uint64(uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if !strings.HasSuffix(f[0], ":") {
+			if in {
+				break
+			}
+			var lo, hi uint64
+			if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err == nil {
+				in = lo <= at && at < hi
+			}
+			continue
+		}
+		if !in {
+			continue
+		}
+		switch f[0] {
+		case "AnonHugePages:":
+			huge = strings.Join(f[1:], " ")
+		case "VmFlags:":
+			flags = f[1:]
+		}
+	}
+	if flags == nil {
+		t.Fatalf("no mapping holds %#x in /proc/self/smaps", at)
+	}
+	return flags, huge
 }

@@ -2,7 +2,7 @@
 
 package ingest
 
-// newSegment allocates a segment on the heap (spool_linux.go maps huge pages instead).
+// newSegment allocates a segment on the heap (spool_linux.go maps it instead).
 func newSegment() (b []byte, mapped bool) { return make([]byte, spoolSegment), false }
 
 func freeSegment([]byte, bool) {}
