@@ -29,14 +29,6 @@ func objectSize(l *xorb.Layout) uint64 {
 
 // transferBatch is the transfer route's readpath.Batcher.
 func transferBatch(w http.ResponseWriter, r *http.Request) ([]byte, func() error) {
-	if r.ProtoMajor == 2 {
-		// HTTP/2 hands every Write of the handler to the connection's serve loop and waits
-		// for it: copying through a buffer of copyBytes makes one hand-off per copyBytes
-		// instead of per 32 KiB (io.Copy's buffer). Not pooled: a Write that returns early
-		// (stream reset, connection closing) may leave its frame queued or being written,
-		// still reading the buffer.
-		return make([]byte, copyBytes), func() error { return nil }
-	}
 	b := beginBatch(w, r)
 	return b.copyBuf(), b.end
 }
