@@ -22,12 +22,13 @@ import (
 // have to be sent; xorb framing and the shard come on top.
 //
 // "Already on the server" is decided from the trace, not from timing, so the bound is the same
-// in every run of a trace: the preloaded versions of the same file (uploaded before the clock
-// starts), and the versions u <= v of the same file uploaded by an earlier line of the trace.
-// Files of other names never share a chunk with it (the generator's bytes are pseudo-random per
-// repository and file), so they are not chunked. The replayer uploads version v once version v-1
-// is in; an earlier version whose upload is still in flight when v starts (a chain with a gap)
-// counts as on the server, which can only make the bound lower.
+// in every run of a trace: for an upload of version v of a file, the preloaded versions of that
+// file (uploaded before the clock starts, whatever their number), every version u < v of it the
+// replay has (the replayer uploads v once v-1 is in, and v-1 once v-2 is in, and so on), and v
+// itself when an earlier line of the trace uploads it too. Files of other names never share a
+// chunk with it (the generator's bytes are pseudo-random per repository and file), so they are
+// not chunked. Where the chain has a gap (v-1 preloaded, v-2 uploaded by the trace), v-2 may
+// still be in flight when v starts; it counts as on the server, which can only lower the bound.
 
 // chunkSet is the distinct chunks of one file version: hash -> length.
 type chunkSet map[hash.Hash]int
@@ -45,9 +46,10 @@ func chunkSetOf(c trace.Content) (chunkSet, error) {
 	return s, nil
 }
 
-// newChunkBytes computes the lower bound of every upload line of recs (indexed as recs). files
-// holds every file version of the replay, with preload set as the replayer decides it.
-func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.FileKey]*fileState) (map[int]int64, error) {
+// newChunkBytes computes the lower bound of every upload line of recs (indexed as recs) and the
+// bytes it chunked. files holds every file version of the replay, with preload set as the
+// replayer decides it.
+func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.FileKey]*fileState) (map[int]int64, int64, error) {
 	type fileID struct{ repo, file string }
 	uploads := map[fileID][]int{} // file -> indices of its upload lines, in trace order
 	for i, rec := range recs {
@@ -58,9 +60,11 @@ func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.Fil
 	}
 	// Every version of an uploaded file that the replay has is chunked, once.
 	var keys []trace.FileKey
-	for k := range files {
+	var chunked int64
+	for k, s := range files {
 		if _, ok := uploads[fileID{k.Repo, k.File}]; ok {
 			keys = append(keys, k)
+			chunked += s.content.Size
 		}
 	}
 	sets := make(map[trace.FileKey]chunkSet, len(keys))
@@ -83,7 +87,7 @@ func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.Fil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := map[int]int64{}
 	for id, idx := range uploads {
@@ -96,9 +100,14 @@ func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.Fil
 		for n, i := range idx {
 			rec := recs[i]
 			on := slices.Clone(pre)
+			for _, k := range keys {
+				if k.Repo == id.repo && k.File == id.file && k.Version < rec.Version {
+					on = append(on, k)
+				}
+			}
 			for _, j := range idx[:n] {
-				if recs[j].Version <= rec.Version {
-					on = append(on, trace.FileKey{Repo: rec.Repo, File: rec.File, Version: recs[j].Version})
+				if recs[j].Version == rec.Version {
+					on = append(on, trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version})
 				}
 			}
 			var b int64
@@ -110,7 +119,7 @@ func newChunkBytes(ctx context.Context, recs []trace.Record, files map[trace.Fil
 			out[i] = b
 		}
 	}
-	return out, nil
+	return out, chunked, nil
 }
 
 func onServer(h hash.Hash, on []trace.FileKey, sets map[trace.FileKey]chunkSet) bool {

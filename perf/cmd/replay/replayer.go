@@ -281,14 +281,14 @@ func (r *replayer) prepare(ctx context.Context) error {
 		return err
 	}
 	t0, cpu0 := time.Now(), selfCPU()
-	nc, err := newChunkBytes(ctx, r.recs, r.files)
+	nc, chunked, err := newChunkBytes(ctx, r.recs, r.files)
 	if err != nil {
 		return err
 	}
 	r.newChunks = nc
 	if len(nc) > 0 {
-		fmt.Fprintf(r.log, "replay: lower bound of %d uploads (new-chunk bytes) computed in %s, %s CPU\n",
-			len(nc), time.Since(t0).Round(time.Millisecond), (selfCPU() - cpu0).Round(time.Millisecond))
+		fmt.Fprintf(r.log, "replay: lower bound of %d uploads (new-chunk bytes): %s chunked in %s, %s CPU\n",
+			len(nc), human(chunked), time.Since(t0).Round(time.Millisecond), (selfCPU() - cpu0).Round(time.Millisecond))
 	}
 	var pre []*fileState
 	var total int64
