@@ -189,7 +189,7 @@ func TestReplayAgainstBinaries(t *testing.T) {
 	// The same trace, the edge replaced by a closed port: errors by class, the rest goes on.
 	dead := testenv.FreeAddr(t)
 	args = []string{"-trace", p, "-origin", "http://" + oaddr, "-edge", "eu=http://" + dead, "-token-cmd", tokenCmd,
-		"-speed", "4", "-out", out, "-progress", "0", "-attempts", "1", "-timeout", "30s"}
+		"-speed", "4", "-out", out, "-progress", "0", "-attempts", "1", "-timeout", "30s", "-new-chunks=false"}
 	so.Reset()
 	se.Reset()
 	if code := run(context.Background(), args, &so, &se); code != 3 {
@@ -204,6 +204,10 @@ func TestReplayAgainstBinaries(t *testing.T) {
 		res.Ops[trace.DownloadRanges].ErrorClasses["connection"] != 1 || res.Ops[trace.Upload].Errors != 0 {
 		t.Fatalf("against a dead edge: %d requests, %d errors, download classes %v\n%s", res.Requests, res.Errors,
 			res.Ops[trace.Download].ErrorClasses, so.String())
+	}
+	// The server holds the trace's files since the first run: -new-chunks=false leaves the bound out.
+	if up := res.Ops[trace.Upload]; up.NewChunkBytes != 0 || strings.Contains(so.String(), "new-chunk bytes") {
+		t.Errorf("with -new-chunks=false: %d new-chunk bytes\n%s", up.NewChunkBytes, so.String())
 	}
 }
 

@@ -280,15 +280,17 @@ func (r *replayer) prepare(ctx context.Context) error {
 	if err := r.mintTokens(ctx); err != nil {
 		return err
 	}
-	t0, cpu0 := time.Now(), selfCPU()
-	nc, chunked, err := newChunkBytes(ctx, r.recs, r.files)
-	if err != nil {
-		return err
-	}
-	r.newChunks = nc
-	if len(nc) > 0 {
-		fmt.Fprintf(r.log, "replay: lower bound of %d uploads (new-chunk bytes): %s chunked in %s, %s CPU\n",
-			len(nc), human(chunked), time.Since(t0).Round(time.Millisecond), (selfCPU() - cpu0).Round(time.Millisecond))
+	if r.c.newChunks {
+		t0, cpu0 := time.Now(), selfCPU()
+		nc, chunked, err := newChunkBytes(ctx, r.recs, r.files)
+		if err != nil {
+			return err
+		}
+		r.newChunks = nc
+		if len(nc) > 0 {
+			fmt.Fprintf(r.log, "replay: lower bound of %d uploads (new-chunk bytes): %s chunked in %s, %s CPU\n",
+				len(nc), human(chunked), time.Since(t0).Round(time.Millisecond), (selfCPU() - cpu0).Round(time.Millisecond))
+		}
 	}
 	var pre []*fileState
 	var total int64

@@ -262,9 +262,11 @@ func (res *results) print(w io.Writer) {
 		fmt.Fprintf(w, "uploads: %d file bytes, %d sent (dedup %.2fx), %d in changed blocks: sent/changed %.3f\n",
 			up.Bytes, up.TransferBytes, float64(up.Bytes)/float64(up.TransferBytes), up.ChangedBytes,
 			float64(up.TransferBytes)/math.Max(1, float64(up.ChangedBytes)))
-		fmt.Fprintf(w, "uploads: new-chunk bytes %d (lower bound): sent/new-chunks %.3f, new-chunks/changed %.3f\n",
-			up.NewChunkBytes, float64(up.TransferBytes)/math.Max(1, float64(up.NewChunkBytes)),
-			float64(up.NewChunkBytes)/math.Max(1, float64(up.ChangedBytes)))
+		if up.NewChunkBytes > 0 {
+			fmt.Fprintf(w, "uploads: new-chunk bytes %d (lower bound): sent/new-chunks %.3f, new-chunks/changed %.3f\n",
+				up.NewChunkBytes, float64(up.TransferBytes)/math.Max(1, float64(up.NewChunkBytes)),
+				float64(up.NewChunkBytes)/math.Max(1, float64(up.ChangedBytes)))
+		}
 	}
 	if m := res.Server; m != nil {
 		m.print(w)
