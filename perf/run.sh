@@ -137,7 +137,10 @@ rate=()
 for pass in cold warm; do
 	log "replay ($pass edge), about $DURATION s after the preload"
 	rc=0
-	"$B/replay" -trace "$OUT/trace.jsonl" -origin "http://$O" "${edgeflags[@]}" \
+	# The warm pass re-uploads files the server holds since the cold pass: no new-chunk bound.
+	nc=-new-chunks=true
+	[ "$pass" = warm ] && nc=-new-chunks=false
+	"$B/replay" -trace "$OUT/trace.jsonl" -origin "http://$O" "${edgeflags[@]}" "$nc" \
 		-token-cmd "$B/xet-origin token --data-dir $WORK/origin --access write --ttl 24h --scope" \
 		-origin-metrics "http://$OA/metrics" -pid origin=$OPID \
 		-out "$OUT/replay-$pass.json" -progress 30s >"$OUT/replay-$pass.txt" || rc=$?

@@ -158,7 +158,8 @@ type Index interface {
 	// RegisterShard commits a registration in ONE transaction: file records, visibility of
 	// every file in r.Scope, dedup entries (replacing the shard of known ones) and the shard row. It reports whether the shard was
 	// new. Registering a known shard again (under any scope) still grants r.Scope visibility of
-	// its files and returns false.
+	// its files and returns false; it adds the dedup entries missing and takes over none (its
+	// Xorbs are those of its first registration, without what newer shards inherited).
 	RegisterShard(ctx context.Context, r *Registration) (inserted bool, err error)
 	// File returns the record of file h if it is visible in scope, in one round trip.
 	// It returns ErrNotFound both when the file is unknown and when it is not visible there.

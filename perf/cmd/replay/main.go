@@ -50,6 +50,7 @@ type config struct {
 	out           string
 	preload       bool
 	warm          bool
+	newChunks     bool
 	progress      time.Duration
 	attempts      int
 	metricsEvery  time.Duration
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&pids, "pid", "NAME=PID of a server process, for its CPU time per request; repeatable")
 	fs.StringVar(&c.out, "out", "", "write the full results as JSON to this file")
 	noPreload := fs.Bool("no-preload", false, "do not upload the files the trace downloads before uploading them (they must exist)")
+	fs.BoolVar(&c.newChunks, "new-chunks", true, "compute each upload's new-chunk bytes, the chunks no file on the server has (false: the server already holds the trace's files, e.g. a second pass)")
 	fs.BoolVar(&c.warm, "warm", false, "before the clock starts, download every file once through every edge (a warm edge)")
 	fs.DurationVar(&c.metricsEvery, "metrics-every", 5*time.Second, "scrape the servers' metrics this often during the run, for the hit-ratio timeline (0: only before and after)")
 	fs.IntVar(&c.attempts, "attempts", 6, "attempts per request for transient failures, as hf_xet (6: five retries; 1: none)")

@@ -166,6 +166,20 @@ func TestReplayAgainstBinaries(t *testing.T) {
 	if up.Bytes != 2*w.Size || up.ChangedBytes <= w.Size || up.ChangedBytes >= 2*w.Size || up.TransferBytes > up.ChangedBytes*11/10+64<<10 {
 		t.Errorf("uploads: %d file bytes, %d changed, %d sent", up.Bytes, up.ChangedBytes, up.TransferBytes)
 	}
+	// Their lower bound: all of version 0, version 1's changed blocks and some neighbours; what
+	// was sent exceeds it by the xorb and shard framing only.
+	if len(res.Uploads) != 2 || up.NewChunkBytes <= up.ChangedBytes || up.NewChunkBytes > up.TransferBytes ||
+		up.TransferBytes > up.NewChunkBytes+up.NewChunkBytes/100+16<<10 {
+		t.Errorf("uploads: %d new-chunk bytes, %d sent, %d changed; rows %+v", up.NewChunkBytes, up.TransferBytes, up.ChangedBytes, res.Uploads)
+	}
+	for i, u := range res.Uploads {
+		if u.Line == 2 && (u.File != trace.ContentOf(w).String() || u.NewChunks != w.Size || u.Sent < w.Size) {
+			t.Errorf("upload %d: %+v, want version 0 (line 2) with all its %d bytes new", i, u, w.Size)
+		}
+	}
+	if len(res.Uploads) == 2 && res.Uploads[0].Line+res.Uploads[1].Line != 2+5 {
+		t.Errorf("upload rows name lines %d and %d, want 2 and 5", res.Uploads[0].Line, res.Uploads[1].Line)
+	}
 	m := res.Server
 	if m == nil || m.EdgeServedBytes == nil || *m.EdgeServedBytes <= 0 || m.EdgePulledBytes == nil || m.EdgeHitRatio == nil ||
 		m.ObjstoreReadBytes == nil || m.IngestXorbBytes == nil || *m.IngestXorbBytes <= 0 || len(m.ObjstoreCalls) == 0 {
@@ -175,7 +189,7 @@ func TestReplayAgainstBinaries(t *testing.T) {
 	// The same trace, the edge replaced by a closed port: errors by class, the rest goes on.
 	dead := testenv.FreeAddr(t)
 	args = []string{"-trace", p, "-origin", "http://" + oaddr, "-edge", "eu=http://" + dead, "-token-cmd", tokenCmd,
-		"-speed", "4", "-out", out, "-progress", "0", "-attempts", "1", "-timeout", "30s"}
+		"-speed", "4", "-out", out, "-progress", "0", "-attempts", "1", "-timeout", "30s", "-new-chunks=false"}
 	so.Reset()
 	se.Reset()
 	if code := run(context.Background(), args, &so, &se); code != 3 {
@@ -190,6 +204,10 @@ func TestReplayAgainstBinaries(t *testing.T) {
 		res.Ops[trace.DownloadRanges].ErrorClasses["connection"] != 1 || res.Ops[trace.Upload].Errors != 0 {
 		t.Fatalf("against a dead edge: %d requests, %d errors, download classes %v\n%s", res.Requests, res.Errors,
 			res.Ops[trace.Download].ErrorClasses, so.String())
+	}
+	// The server holds the trace's files since the first run: -new-chunks=false leaves the bound out.
+	if up := res.Ops[trace.Upload]; up.NewChunkBytes != 0 || strings.Contains(so.String(), "new-chunk bytes") {
+		t.Errorf("with -new-chunks=false: %d new-chunk bytes\n%s", up.NewChunkBytes, so.String())
 	}
 }
 

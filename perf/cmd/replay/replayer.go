@@ -51,6 +51,8 @@ type replayer struct {
 	clients map[[3]string]*xetclient.Client
 
 	stats *stats
+	// newChunks: upload line index -> its lower bound (newchunks.go)
+	newChunks map[int]int64
 }
 
 func newReplayer(c *config, recs []trace.Record, log io.Writer) (*replayer, error) {
@@ -278,6 +280,18 @@ func (r *replayer) prepare(ctx context.Context) error {
 	if err := r.mintTokens(ctx); err != nil {
 		return err
 	}
+	if r.c.newChunks {
+		t0, cpu0 := time.Now(), selfCPU()
+		nc, chunked, err := newChunkBytes(ctx, r.recs, r.files)
+		if err != nil {
+			return err
+		}
+		r.newChunks = nc
+		if len(nc) > 0 {
+			fmt.Fprintf(r.log, "replay: lower bound of %d uploads (new-chunk bytes): %s chunked in %s, %s CPU\n",
+				len(nc), human(chunked), time.Since(t0).Round(time.Millisecond), (selfCPU() - cpu0).Round(time.Millisecond))
+		}
+	}
 	var pre []*fileState
 	var total int64
 	for _, s := range r.files {
@@ -338,12 +352,15 @@ type outcome struct {
 	bytes    int64 // file bytes delivered (downloads) or uploaded (uploads)
 	transfer int64 // transfer bytes received (downloads) or body bytes sent (uploads)
 	changed  int64 // uploads: bytes in blocks that differ from the previous version
-	waited   bool  // a download waited for its file's upload to finish
-	err      error
+	// uploads: bytes of the file's chunks no file on the server has (newchunks.go)
+	newChunks int64
+	index     int  // the record's index in the trace
+	waited    bool // a download waited for its file's upload to finish
+	err       error
 }
 
 // do performs one record.
-func (r *replayer) do(ctx context.Context, rec trace.Record) outcome {
+func (r *replayer) do(ctx context.Context, i int, rec trace.Record) outcome {
 	ctx, cancel := context.WithTimeout(ctx, r.c.timeout)
 	defer cancel()
 	switch rec.Op {
@@ -374,7 +391,7 @@ func (r *replayer) do(ctx context.Context, rec trace.Record) outcome {
 		if err != nil {
 			return outcome{waited: waited, err: err}
 		}
-		return outcome{bytes: s.content.Size, transfer: sent, changed: changed, waited: waited}
+		return outcome{bytes: s.content.Size, transfer: sent, changed: changed, newChunks: r.newChunks[i], waited: waited}
 	}
 	s := r.files[trace.FileKey{Repo: rec.Repo, File: rec.File, Version: rec.Version}]
 	var o outcome
@@ -455,7 +472,8 @@ func (r *replayer) replay(ctx context.Context) (*results, error) {
 				r.stats.add(rec, at, outcome{err: ctx.Err()})
 				return
 			}
-			o := r.do(ctx, rec)
+			o := r.do(ctx, i, rec)
+			o.index = i
 			<-sem
 			r.stats.add(rec, at, o)
 		}()

@@ -24,6 +24,7 @@ type opStats struct {
 	bytes    int64
 	transfer int64
 	changed  int64
+	newChunk int64
 	waited   int
 }
 
@@ -45,6 +46,7 @@ type stats struct {
 	errs      int
 	maxLag    time.Duration
 	notIssued int
+	uploads   []UploadRow
 	start     time.Time
 	end       time.Time
 }
@@ -99,6 +101,11 @@ func (s *stats) add(rec trace.Record, at time.Time, o outcome) {
 	st.bytes += o.bytes
 	st.transfer += o.transfer
 	st.changed += o.changed
+	st.newChunk += o.newChunks
+	if rec.Op == trace.Upload {
+		s.uploads = append(s.uploads, UploadRow{Line: lineOf(nil, o.index), File: trace.ContentOf(rec).String(), Size: o.bytes,
+			Sent: o.transfer, Changed: o.changed, NewChunks: o.newChunks})
+	}
 	s.secs[sec].Done++
 	s.secs[sec].Bytes += o.bytes
 	s.secs[sec].hist.Record(lat)
@@ -121,7 +128,10 @@ type OpResult struct {
 	// TransferBytes: downloads, bytes received from transfer URLs; uploads, body bytes sent.
 	TransferBytes int64 `json:"transfer_bytes"`
 	// ChangedBytes: uploads, bytes in 1 MiB blocks that differ from the previous version.
-	ChangedBytes    int64      `json:"changed_bytes,omitempty"`
+	ChangedBytes int64 `json:"changed_bytes,omitempty"`
+	// NewChunkBytes: uploads, bytes of the files' chunks that no file on the server had (the
+	// lower bound of TransferBytes; perf/README.md, "new-chunk bytes").
+	NewChunkBytes   int64      `json:"new_chunk_bytes,omitempty"`
 	WaitedForUpload int        `json:"waited_for_upload,omitempty"`
 	CDF             []cdfPoint `json:"cdf_ms,omitempty"`
 }
@@ -146,6 +156,18 @@ type results struct {
 	// MetricsTimeline: the servers' cumulative hit ratio and offload during the run.
 	MetricsTimeline []metricsPoint     `json:"metrics_timeline,omitempty"`
 	CPU             map[string]cpuCost `json:"cpu,omitempty"`
+	// Uploads: every successful upload, in the order they ended.
+	Uploads []UploadRow `json:"uploads,omitempty"`
+}
+
+// UploadRow is one upload: its bytes sent against the bytes it changed and its lower bound.
+type UploadRow struct {
+	Line      int    `json:"line"` // trace line
+	File      string `json:"file"`
+	Size      int64  `json:"size"`
+	Sent      int64  `json:"sent"`
+	Changed   int64  `json:"changed"`
+	NewChunks int64  `json:"new_chunk_bytes"`
 }
 
 type cpuCost struct {
@@ -161,12 +183,13 @@ func (s *stats) results(c *config) *results {
 	secs := s.end.Sub(s.start).Seconds()
 	res := &results{Trace: c.tracePath, Started: s.start.UTC(), Seconds: math.Round(secs*1000) / 1000, Speed: c.speed,
 		Concurrency: c.concurrency, Requests: s.done, Errors: s.errs, NotIssued: s.notIssued, MaxLagMs: ms(s.maxLag),
-		Ops: map[trace.Op]*OpResult{}, Timeline: s.secs}
+		Ops: map[trace.Op]*OpResult{}, Timeline: s.secs, Uploads: s.uploads}
 	for op, st := range s.ops {
 		h := st.hist
 		o := &OpResult{Requests: st.n, Errors: st.errs, PerSecond: math.Round(float64(st.n)/max(secs, 1e-9)*100) / 100,
 			P50ms: ms(h.Quantile(0.5)), P90ms: ms(h.Quantile(0.9)), P99ms: ms(h.Quantile(0.99)), P999ms: ms(h.Quantile(0.999)),
 			MaxMs: ms(h.Max()), MeanMs: ms(h.Mean()), Bytes: st.bytes, TransferBytes: st.transfer, ChangedBytes: st.changed,
+			NewChunkBytes:   st.newChunk,
 			WaitedForUpload: st.waited}
 		if len(st.classes) > 0 {
 			o.ErrorClasses, o.ErrorSamples = st.classes, st.examples
@@ -239,6 +262,11 @@ func (res *results) print(w io.Writer) {
 		fmt.Fprintf(w, "uploads: %d file bytes, %d sent (dedup %.2fx), %d in changed blocks: sent/changed %.3f\n",
 			up.Bytes, up.TransferBytes, float64(up.Bytes)/float64(up.TransferBytes), up.ChangedBytes,
 			float64(up.TransferBytes)/math.Max(1, float64(up.ChangedBytes)))
+		if up.NewChunkBytes > 0 {
+			fmt.Fprintf(w, "uploads: new-chunk bytes %d (lower bound): sent/new-chunks %.3f, new-chunks/changed %.3f\n",
+				up.NewChunkBytes, float64(up.TransferBytes)/math.Max(1, float64(up.NewChunkBytes)),
+				float64(up.NewChunkBytes)/math.Max(1, float64(up.ChangedBytes)))
+		}
 	}
 	if m := res.Server; m != nil {
 		m.print(w)

@@ -375,7 +375,10 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	// written by an older replica), and takes the full one. That update does not count as new
 	// (xmax is 0 only for an inserted row). A dedup entry already naming its shard is left as it
 	// is (no new row version); one taken over changes only the unindexed shard column, a
-	// heap-only update. Visibility rows go in (scope, file) order, not in their primary key's
+	// heap-only update. A shard known before the statement (its row is in the statement's
+	// snapshot: an old version uploaded again) takes over no entry, it only adds the missing
+	// ones: its row keeps the xorbs it offered when it was new, and taking the entries of newer
+	// shards back would shrink their answers. Visibility rows go in (scope, file) order, not in their primary key's
 	// (file, scope) (migration 0008): one order for every batch is what keeps concurrent batches
 	// from waiting on each other in a cycle, and this one is also that of replicas from before
 	// the migration, which may run next to this one during an upgrade.
@@ -394,6 +397,7 @@ SELECT e.xorbs, (SELECT string_agg(g.xorb, ''::bytea) FROM (SELECT xorb FROM con
 	INSERT INTO dedup(chunk, shard)
 	SELECT c, sh FROM unnest($8::bytea[], $9::bytea[]) AS u(c, sh) ORDER BY c
 	ON CONFLICT (chunk) DO UPDATE SET shard = EXCLUDED.shard WHERE dedup.shard <> EXCLUDED.shard
+		AND NOT EXISTS (SELECT 1 FROM shards k WHERE k.hash = EXCLUDED.shard)
 )
 SELECT hash FROM s WHERE fresh`
 

@@ -76,6 +76,9 @@ type DB struct {
 	// (RegisterShard): a shard of 2,000 small files is 6,000 rows, and each statement run
 	// costs more than the row it inserts.
 	insFiles, insVises, insDedups *sql.Stmt
+	// keepDedup(s): a known shard registered again adds the dedup entries missing and takes
+	// over none (index.Index.RegisterShard)
+	keepDedup, keepDedups *sql.Stmt
 	// Statements prepared on the read pool (each reader connection prepares them once, on first
 	// use): the global-dedup query runs once per uploaded file with hf_xet, and parsing it anew
 	// each time was half of its cost (issue 13, perf/BENCHMARKS.md "small-file uploads").
@@ -151,6 +154,8 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		{&db.insFiles, `INSERT INTO files(hash, record) VALUES ` + rowsOf(2) + ` ON CONFLICT DO NOTHING`},
 		{&db.insVises, `INSERT INTO visibility(scope, file) VALUES ` + rowsOf(2) + ` ON CONFLICT DO NOTHING`},
 		{&db.insDedups, `INSERT INTO dedup(chunk, shard) VALUES ` + rowsOf(2) + ` ON CONFLICT(chunk) DO UPDATE SET shard = excluded.shard`},
+		{&db.keepDedup, `INSERT INTO dedup(chunk, shard) VALUES (?, ?) ON CONFLICT(chunk) DO NOTHING`},
+		{&db.keepDedups, `INSERT INTO dedup(chunk, shard) VALUES ` + rowsOf(2) + ` ON CONFLICT(chunk) DO NOTHING`},
 		{&db.insXorb, `INSERT INTO xorbs(hash, stored_size, layout) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
 		{&db.insPossession, `INSERT INTO possession(scope, xorb) VALUES (?, ?) ON CONFLICT DO NOTHING`},
 	} {
@@ -547,7 +552,13 @@ func (db *DB) RegisterShard(ctx context.Context, r *index.Registration) (bool, e
 			return err
 		}
 		db.filter.add(b.Dedup) // before the commit that makes them visible (dedupfilter.go)
-		err = insertRows(ctx, tx, db.insDedups, db.insDedup, len(b.Dedup), func(i int, args []any) []any {
+		many, one := db.insDedups, db.insDedup
+		if n == 0 {
+			// Known shard: its row keeps the xorbs it offered when it was new, so taking over
+			// the entries of newer shards would shrink their answers.
+			many, one = db.keepDedups, db.keepDedup
+		}
+		err = insertRows(ctx, tx, many, one, len(b.Dedup), func(i int, args []any) []any {
 			return append(args, b.Dedup[i][:], b.Shard[:])
 		})
 		if err != nil {
