@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/shared/auth"
 	"github.com/xetcdn/xetcdn/shared/httpapi"
+	"github.com/xetcdn/xetcdn/shared/promtest"
 )
 
 // testWrapper is a Wrapper whose Authorize accepts the bearer tokens "read" and "admin" (as
@@ -94,14 +94,14 @@ func TestWrap(t *testing.T) {
 		route, code string
 		want        float64
 	}{{"GET /ok", "200", 1}, {"GET /ok", "401", 1}, {"GET /missing", "404", 1}} {
-		if got := value(t, wr.Requests.WithLabelValues(c.route, c.code)); got != c.want {
+		if got := promtest.Counter(t, wr.Requests.WithLabelValues(c.route, c.code)); got != c.want {
 			t.Errorf("requests{%s,%s} = %v, want %v", c.route, c.code, got, c.want)
 		}
 	}
-	if n := histogramCount(t, wr.Duration.WithLabelValues("GET /ok")); n != 2 {
+	if n := promtest.HistogramCount(t, wr.Duration.WithLabelValues("GET /ok")); n != 2 {
 		t.Errorf("duration{GET /ok} observed %d requests, want 2", n)
 	}
-	if got, min := value(t, wr.Served.WithLabelValues("h1")), float64(len("hello")); got <= min {
+	if got, min := promtest.Counter(t, wr.Served.WithLabelValues("h1")), float64(len("hello")); got <= min {
 		t.Errorf("served{h1} = %v, want the body and the error bodies (> %v)", got, min)
 	}
 }
@@ -134,10 +134,10 @@ func TestWrapAfterAnswerStarted(t *testing.T) {
 	if logged.Len() != 0 {
 		t.Fatalf("a cancelled request was logged: %s", logged.String())
 	}
-	if got := value(t, wr.Requests.WithLabelValues("GET /stream", "206")); got != 2 {
+	if got := promtest.Counter(t, wr.Requests.WithLabelValues("GET /stream", "206")); got != 2 {
 		t.Fatalf("requests{GET /stream,206} = %v, want 2", got)
 	}
-	if got := value(t, wr.Served.WithLabelValues("h1")); got != 8 {
+	if got := promtest.Counter(t, wr.Served.WithLabelValues("h1")); got != 8 {
 		t.Fatalf("served{h1} = %v, want 8", got)
 	}
 }
@@ -411,26 +411,6 @@ func TestServeUnitFails(t *testing.T) {
 	if shutdowns.Load() != 1 || dialable(ln) {
 		t.Fatalf("the units were not shut down (broken: %d, good still accepting: %v)", shutdowns.Load(), dialable(ln))
 	}
-}
-
-// value is the value of a counter.
-func value(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// histogramCount is the number of observations of a histogram.
-func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := o.(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
 }
 
 // TestConnLimits: Listener puts a listener under the cap only when there is one, and NewHTTP

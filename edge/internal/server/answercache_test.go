@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/promtest"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/wire"
@@ -24,11 +24,7 @@ import (
 
 func (fx *reconFixture) answerCount(tb testing.TB, part, result string) float64 {
 	tb.Helper()
-	var m dto.Metric
-	if err := fx.srv.m.answerCache.WithLabelValues(part, result).Write(&m); err != nil {
-		tb.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return promtest.Counter(tb, fx.srv.m.answerCache.WithLabelValues(part, result))
 }
 
 // checkURLs decodes a v2 answer and checks that every entry's URL verifies (at the signer's
@@ -272,14 +268,14 @@ func TestReconAnswerEncodedOnce(t *testing.T) {
 	fx, barrier := missTogether(t, clients)
 	for round := range 3 {
 		want := fx.want(t, nil)
-		before := counterValue(t, fx.srv.m.answerEncodes)
+		before := promtest.Counter(t, fx.srv.m.answerEncodes)
 		codes, bodies := fx.together(t, barrier, make([]string, clients))
 		for i := range clients {
 			if codes[i] != 200 || !bytes.Equal(bodies[i], want) {
 				t.Fatalf("round %d, client %d: status %d, answer differs from a fresh encoding: %t", round, i, codes[i], !bytes.Equal(bodies[i], want))
 			}
 		}
-		if got := counterValue(t, fx.srv.m.answerEncodes) - before; got != 1 {
+		if got := promtest.Counter(t, fx.srv.m.answerEncodes) - before; got != 1 {
 			t.Fatalf("round %d: %d concurrent misses encoded the answer %v times, want once", round, clients, got)
 		}
 		*fx.now = fx.now.Add(time.Minute) // the next round starts a new expiry interval
@@ -292,7 +288,7 @@ func TestReconAnswerEncodedOnce(t *testing.T) {
 func TestReconTermsEncodedOnce(t *testing.T) {
 	const clients = 12
 	fx, barrier := missTogether(t, clients)
-	before := counterValue(t, fx.srv.m.termsEncodes)
+	before := promtest.Counter(t, fx.srv.m.termsEncodes)
 	ranges := make([]*httprange.Range, clients) // nil: the whole file
 	hdrs := make([]string, clients)
 	for i := 1; i < clients; i++ {
@@ -306,7 +302,7 @@ func TestReconTermsEncodedOnce(t *testing.T) {
 			t.Fatalf("client %d (range %v): status %d, answer differs from a fresh encoding", i, ranges[i], codes[i])
 		}
 	}
-	if got := counterValue(t, fx.srv.m.termsEncodes) - before; got != 1 {
+	if got := promtest.Counter(t, fx.srv.m.termsEncodes) - before; got != 1 {
 		t.Fatalf("%d concurrent misses encoded the file's terms %v times, want once", clients, got)
 	}
 }
@@ -337,15 +333,6 @@ func (fx *reconFixture) together(t *testing.T, b *barrierMeta, hdrs []string) ([
 	}
 	wg.Wait()
 	return codes, bodies
-}
-
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 // barrierMeta holds every File call until arrive reaches zero, so that the callers go on

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/shared/httprange"
+	"github.com/xetcdn/xetcdn/shared/promtest"
 	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/urlsign"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -121,7 +122,7 @@ func TestReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.ra.runs.Release(readAheadRuns)
-	if v := counterValue(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
+	if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
 		t.Fatalf("xet_edge_readahead_total{started} = %v, want 1", v)
 	}
 	// The first two ranges lie in segments 0 and 1; the third range's segments are not read ahead.
@@ -174,10 +175,10 @@ func TestReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.ra.runs.Release(readAheadRuns)
-	if v := counterValue(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
+	if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
 		t.Fatalf("warm answer: xet_edge_readahead_total{started} = %v, want still 1", v)
 	}
-	if v := counterValue(t, srv.m.readAhead.WithLabelValues("skipped_cached")); v != 1 {
+	if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("skipped_cached")); v != 1 {
 		t.Fatalf("warm answer: xet_edge_readahead_total{skipped_cached} = %v, want 1", v)
 	}
 	if v := gathered(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached"); v != cachedBefore {

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/xetcdn/xetcdn/origin/internal/index"
 	"github.com/xetcdn/xetcdn/origin/internal/index/indextest"
 	"github.com/xetcdn/xetcdn/origin/internal/objstore"
+	"github.com/xetcdn/xetcdn/shared/promtest"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
@@ -323,23 +323,14 @@ func TestCollectorMetrics(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{"runs ok", counterValue(t, m.runs.WithLabelValues("ok")), 1},
-		{"orphans restored", counterValue(t, m.orphansRestored), 1},
-		{"trash entries deleted", counterValue(t, m.trashDeleted), 1},
-		{"objects deleted", counterValue(t, m.deleted), 1},
-		{"orphans left", counterValue(t, m.orphansLeft), 0},
+		{"runs ok", promtest.Counter(t, m.runs.WithLabelValues("ok")), 1},
+		{"orphans restored", promtest.Counter(t, m.orphansRestored), 1},
+		{"trash entries deleted", promtest.Counter(t, m.trashDeleted), 1},
+		{"objects deleted", promtest.Counter(t, m.deleted), 1},
+		{"orphans left", promtest.Counter(t, m.orphansLeft), 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %v; want %v", c.name, c.got, c.want)
 		}
 	}
-}
-
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
