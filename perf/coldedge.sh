@@ -17,7 +17,7 @@
 # issue's 1 GiB), ROUNDS (3), PORT_BASE (29900; keep it below Linux's ephemeral ports, 32768 up,
 # where an outgoing connection of anyone on the machine can hold a listener's port), WORK (a temp
 # dir), KEEP=1 keeps WORK,
-# SETTLE_S (40): each cold edge gets a data directory of its own, and a round's directories are
+# SETTLE_S (65): each cold edge gets a data directory of its own, and a round's directories are
 # removed before the next round, which then waits SETTLE_S seconds (see settle below).
 #
 # Each edge download also reports edge_fb_ms: the edge's own mean time from a missed transfer
@@ -348,13 +348,13 @@ out=$WORK/rounds.txt
 names=()
 for ((j = 0; j < ${#revs[@]}; j++)); do names+=("r$j"); done
 # settle: the cold edges' data directories of the last round go before the next one starts, and
-# the inodes they free are left SETTLE_S seconds (default 40) to stop counting as recently
+# the inodes they free are left SETTLE_S seconds (default 65) to stop counting as recently
 # deleted, so that the next round's fills do not pay for them. Keeps up to one round's edge
 # directories on disk (4 × SIZE_MB per revision with PYTHON set).
 settle() {
 	compgen -G "$WORK/r*/edge.*" >/dev/null || return 0
 	rm -rf "$WORK"/r*/edge.*
-	sleep "${SETTLE_S:-40}"
+	sleep "${SETTLE_S:-65}"
 }
 for r in $(seq "$ROUNDS"); do
 	settle

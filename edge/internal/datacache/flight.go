@@ -228,6 +228,7 @@ func (fl *flight) fetch(ctx context.Context) error {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
+	preallocate(tmp, fl.s.len())
 	fl.mu.Lock()
 	fl.files = append(fl.files, tmp)
 	fl.fetched = true
