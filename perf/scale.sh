@@ -33,9 +33,12 @@
 # WAL and full-page images per shard, and the load per window to OUT/shards-*.windows.txt:
 # the steady state after the restart's checkpoint), PG_TUNED (1: the durable restart uses the recommended production settings of
 # docs/origin.md, "PostgreSQL settings", PG_RECOMMENDED in perf/pg.sh; 0: the earlier ones,
-# max_wal_size 2GB), SHARED_BUFFERS (512MB), PREWARM (0; 1 loads every index into
-# shared_buffers with pg_prewarm before measuring, as on a server that has run a while: size
-# SHARED_BUFFERS for it, ~3.3 GB of indexes at 10^7), ORIGIN_SRC (the source tree xet-origin
+# max_wal_size 2GB), SHARED_BUFFERS (25 % of the machine's RAM, in MB: what docs/origin.md
+# recommends for production; 512MB was the default before 2026-12-04 and stays available for
+# comparison), PREWARM (1: every index is loaded into shared_buffers with pg_prewarm before
+# measuring, as on a server that has run a while, ~3.3 GB of indexes at 10^7 when loaded; 0: a
+# cold cache after the restart. Registration runs on a 512MB cache fall as the runs grow
+# dedup_pkey past it: perf/BENCHMARKS.md, 2026-12-04, regdrift), ORIGIN_SRC (the source tree xet-origin
 # is built from for the measurements, default this one; the tools always come from this one),
 # PG_OPTS (more settings for the durable restart, "-c name=value ...", after the others: for
 # diagnostics), SQL_BEFORE (SQL run on each database of SHARD_DBS after the durable restart,
@@ -47,7 +50,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCALE=${SCALE:-10000000} SMALL=${SMALL:-10000} CHUNKS=${CHUNKS:-8} MAX_TERMS=${MAX_TERMS:-100} REPOS=${REPOS:-1000}
 SAMPLES=${SAMPLES:-10000} RATE=${RATE:-1000} DURATION=${DURATION:-60} ZIPF=${ZIPF:-1.1} RANGE_SHARE=${RANGE_SHARE:-0.2}
-SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-512MB} PREWARM=${PREWARM:-0} ORIGIN_SRC=${ORIGIN_SRC:-}
+SHARD_SCOPES=${SHARD_SCOPES:-4} PG_TUNED=${PG_TUNED:-1} PG_OPTS=${PG_OPTS:-} SHARED_BUFFERS=${SHARED_BUFFERS:-$(awk '/^MemTotal:/ { printf "%dMB", $2 / 4 / 1024 }' /proc/meminfo)} PREWARM=${PREWARM:-1} ORIGIN_SRC=${ORIGIN_SRC:-}
 SHARD_DBS=${SHARD_DBS:-small large} SHARD_ONE=${SHARD_ONE:-1} SHARD_SHAPE=${SHARD_SHAPE:-pool} SHARD_WINDOW=${SHARD_WINDOW:-0}
 GATE=${GATE:-1} SHARDS=${SHARDS:-4000} READ_AHEAD=${READ_AHEAD:-0} RECON=${RECON:-1} P=${PORT_BASE:-31800} MIN_FREE_GB=${MIN_FREE_GB:-20} MEASURE=${MEASURE:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-scale}
@@ -384,6 +387,17 @@ tabstats() {
 		UNION ALL SELECT i.indexrelname, 0, 0, 0, i.idx_blks_hit, i.idx_blks_read FROM pg_statio_user_indexes i" || true
 }
 
+# bgstats: PostgreSQL's cumulative buffer writes (by backends evicting dirty buffers, by the
+# background writer, at checkpoints), buffer allocations, and checkpoints (timed, requested).
+bgstats() {
+	psql_ -d postgres -At -F ' ' -c "SELECT buffers_backend, buffers_clean, buffers_checkpoint, buffers_alloc, checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+}
+# idxsizes DB: every index of DB's public schema with its size in bytes.
+idxsizes() {
+	psql_ -d "$1" -At -F ' ' -c "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
+		WHERE c.relkind = 'i' AND c.relnamespace = 'public'::regnamespace ORDER BY 2 DESC"
+}
+
 # shards DB K: SHARDS registrations over K scopes, 16 in flight per scope (the per-scope upload
 # limit), with the origin's CPU (ingestbench) and PostgreSQL's (pg_cpu, perf/pg.sh) per shard.
 shards() {
@@ -398,6 +412,8 @@ shards() {
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >"$OUT/$name.bg.txt"
 	tabstats "$db" >"$OUT/$name.tab0"
 	c0=$(pg_cpu "$PGPID") w0=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
+	bgstats >"$OUT/$name.bg0"
+	idxsizes "$db" >"$OUT/$name.idx0"
 	local spid=
 	if [ "$SHARD_WINDOW" -gt 0 ]; then
 		windows "$db" "$SHARD_WINDOW" >"$OUT/$name.windows.txt" &
@@ -418,6 +434,16 @@ shards() {
 	awk -v n="$SHARDS" -v r="$((w1[0] - w0[0]))" -v f="$((w1[1] - w0[1]))" -v b="$((w1[2] - w0[2]))" \
 		'BEGIN { printf "postgres wal per shard: %.1f records, %.2f full-page images, %.0f bytes\n", r / n, f / n, b / n }' >>"$OUT/$name.txt"
 	cat "$OUT/$name.bg.txt" >>"$OUT/$name.txt" && rm "$OUT/$name.bg.txt"
+	bgstats >"$OUT/$name.bg1"
+	awk -v n="$SHARDS" 'NR == FNR { split($0, a, " "); next } { split($0, b, " ")
+		printf "postgres buffers per shard: written by backends %.2f, by the background writer %.2f, at checkpoints %.2f, allocated %.2f; checkpoints %d timed, %d requested\n",
+			(b[1] - a[1]) / n, (b[2] - a[2]) / n, (b[3] - a[3]) / n, (b[4] - a[4]) / n, b[5] - a[5], b[6] - a[6] }' \
+		"$OUT/$name.bg0" "$OUT/$name.bg1" >>"$OUT/$name.txt"
+	idxsizes "$db" >"$OUT/$name.idx1"
+	echo "index sizes (MiB) of 1 MiB and more, before -> after:" >>"$OUT/$name.txt"
+	awk 'NR == FNR { a[$1] = $2; next } $2 >= 1048576 { printf "  %-26s %8.1f -> %8.1f\n", $1, a[$1] / 1048576, $2 / 1048576 }' \
+		"$OUT/$name.idx0" "$OUT/$name.idx1" >>"$OUT/$name.txt"
+	rm -f "$OUT/$name.bg0" "$OUT/$name.bg1" "$OUT/$name.idx0" "$OUT/$name.idx1"
 	sleep 1 # the statistics collector's last flush
 	tabstats "$db" >"$OUT/$name.tab1"
 	echo "per shard, by table and index (rows inserted, updated, heap-only; buffers hit, read):" >>"$OUT/$name.txt"
