@@ -387,10 +387,12 @@ tabstats() {
 		UNION ALL SELECT i.indexrelname, 0, 0, 0, i.idx_blks_hit, i.idx_blks_read FROM pg_statio_user_indexes i" || true
 }
 
-# bgstats: PostgreSQL's cumulative buffer writes (by backends evicting dirty buffers, by the
-# background writer, at checkpoints), buffer allocations, and checkpoints (timed, requested).
-bgstats() {
-	psql_ -d postgres -At -F ' ' -c "SELECT buffers_backend, buffers_clean, buffers_checkpoint, buffers_alloc, checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+# pgcounters: PostgreSQL's cumulative WAL (records, full-page images, bytes), buffer writes (by
+# backends evicting dirty buffers, by the background writer, at checkpoints), buffer
+# allocations and checkpoints (timed, requested), in that order, on one line.
+pgcounters() {
+	psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes, buffers_backend, buffers_clean, buffers_checkpoint,
+		buffers_alloc, checkpoints_timed, checkpoints_req FROM pg_stat_wal, pg_stat_bgwriter"
 }
 # idxsizes DB: every index of DB's public schema with its size in bytes.
 idxsizes() {
@@ -411,8 +413,7 @@ shards() {
 	psql_ -d postgres -At -c "SELECT 'background at the start: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >"$OUT/$name.bg.txt"
 	tabstats "$db" >"$OUT/$name.tab0"
-	c0=$(pg_cpu "$PGPID") w0=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
-	bgstats >"$OUT/$name.bg0"
+	c0=$(pg_cpu "$PGPID") w0=($(pgcounters))
 	idxsizes "$db" >"$OUT/$name.idx0"
 	local spid=
 	if [ "$SHARD_WINDOW" -gt 0 ]; then
@@ -428,22 +429,20 @@ shards() {
 	fi
 	psql_ -d postgres -At -c "SELECT 'background at the end: ' || coalesce(string_agg(backend_type || ' ' || coalesce(query, ''), '; '), 'none')
 		FROM pg_stat_activity WHERE backend_type IN ('autovacuum worker', 'autoprewarm worker') OR query LIKE 'autovacuum:%'" >>"$OUT/$name.bg.txt"
-	c1=$(pg_cpu "$PGPID") w1=($(psql_ -d postgres -At -F ' ' -c "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"))
+	c1=$(pg_cpu "$PGPID") w1=($(pgcounters))
 	awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" -v n="$SHARDS" \
 		'BEGIN { printf "postgres cpu (server, incl. the untimed xorb upload): %.2f s = %.3f ms per shard\n", (b - a) / hz, (b - a) * 1000 / hz / n }' >>"$OUT/$name.txt"
 	awk -v n="$SHARDS" -v r="$((w1[0] - w0[0]))" -v f="$((w1[1] - w0[1]))" -v b="$((w1[2] - w0[2]))" \
 		'BEGIN { printf "postgres wal per shard: %.1f records, %.2f full-page images, %.0f bytes\n", r / n, f / n, b / n }' >>"$OUT/$name.txt"
 	cat "$OUT/$name.bg.txt" >>"$OUT/$name.txt" && rm "$OUT/$name.bg.txt"
-	bgstats >"$OUT/$name.bg1"
-	awk -v n="$SHARDS" 'NR == FNR { split($0, a, " "); next } { split($0, b, " ")
+	awk -v n="$SHARDS" -v a="${w0[*]}" -v b="${w1[*]}" 'BEGIN { split(a, p, " "); split(b, c, " ")
 		printf "postgres buffers per shard: written by backends %.2f, by the background writer %.2f, at checkpoints %.2f, allocated %.2f; checkpoints %d timed, %d requested\n",
-			(b[1] - a[1]) / n, (b[2] - a[2]) / n, (b[3] - a[3]) / n, (b[4] - a[4]) / n, b[5] - a[5], b[6] - a[6] }' \
-		"$OUT/$name.bg0" "$OUT/$name.bg1" >>"$OUT/$name.txt"
+			(c[4] - p[4]) / n, (c[5] - p[5]) / n, (c[6] - p[6]) / n, (c[7] - p[7]) / n, c[8] - p[8], c[9] - p[9] }' >>"$OUT/$name.txt"
 	idxsizes "$db" >"$OUT/$name.idx1"
 	echo "index sizes (MiB) of 1 MiB and more, before -> after:" >>"$OUT/$name.txt"
 	awk 'NR == FNR { a[$1] = $2; next } $2 >= 1048576 { printf "  %-26s %8.1f -> %8.1f\n", $1, a[$1] / 1048576, $2 / 1048576 }' \
 		"$OUT/$name.idx0" "$OUT/$name.idx1" >>"$OUT/$name.txt"
-	rm -f "$OUT/$name.bg0" "$OUT/$name.bg1" "$OUT/$name.idx0" "$OUT/$name.idx1"
+	rm -f "$OUT/$name.idx0" "$OUT/$name.idx1"
 	sleep 1 # the statistics collector's last flush
 	tabstats "$db" >"$OUT/$name.tab1"
 	echo "per shard, by table and index (rows inserted, updated, heap-only; buffers hit, read):" >>"$OUT/$name.txt"
