@@ -37,7 +37,7 @@ type Content struct {
 
 // ContentOf returns the content a trace line names.
 func ContentOf(r Record) Content {
-	return Content{Repo: r.Repo, File: r.File, Version: r.Version, Size: r.Size, Change: r.Change}
+	return Content{Repo: r.Repo, File: r.File, Version: r.Version, Size: r.Size, Change: r.Change, ChangeSpan: r.ChangeSpan}
 }
 
 func (c Content) String() string {
