@@ -12,21 +12,32 @@ import (
 // BlockSize is the unit in which versions of a file differ.
 const BlockSize = 1 << 20
 
+// MaxChangeSpan is the largest ChangeSpan a trace may give.
+const MaxChangeSpan = 1 << 30
+
 // Content is the identity of a file's bytes. Version 0 is pseudo-random data derived from Repo
-// and File; in version v each 1 MiB block is new with probability Change (decided per block and
-// version from the same seed), else it is the block of version v-1. Versions therefore share all
-// but about Change of their blocks with the previous one (the chunks crossing a changed block's
-// edges change too), and the same Content always gives the same bytes.
+// and File; in version v each span of ChangeSpan bytes (aligned: span i holds bytes
+// [i*ChangeSpan, (i+1)*ChangeSpan), the last one possibly shorter) is new with probability Change
+// (decided per span and version from the same seed), else it holds the bytes of version v-1.
+// Versions therefore share all but about Change of their bytes with the previous one (the chunks
+// crossing a changed span's edges change too), and the same Content always gives the same bytes.
+//
+// ChangeSpan is a positive multiple of BlockSize (others are rounded down to whole blocks);
+// 0 means BlockSize, where every 1 MiB block is decided on its own. A span of BlockSize gives the
+// same bytes as 0. Larger spans model real partial fine-tunes, which replace whole tensors (tens
+// of MiB in one piece) rather than scattered 1 MiB blocks: fewer changed regions, so fewer
+// chunks straddling an unchanged neighbour, for the same share of changed bytes.
 type Content struct {
 	Repo, File string
 	Version    int
 	Size       int64
 	Change     float64
+	ChangeSpan int64 // bytes; 0: BlockSize
 }
 
 // ContentOf returns the content a trace line names.
 func ContentOf(r Record) Content {
-	return Content{Repo: r.Repo, File: r.File, Version: r.Version, Size: r.Size, Change: r.Change}
+	return Content{Repo: r.Repo, File: r.File, Version: r.Version, Size: r.Size, Change: r.Change, ChangeSpan: r.ChangeSpan}
 }
 
 func (c Content) String() string {
@@ -41,22 +52,30 @@ func (c Content) seed() uint64 {
 	return h.Sum64()
 }
 
-// changed reports whether block b is new in version v (v >= 1).
-func changed(seed uint64, change float64, v int, b int64) bool {
+// spanBlocks is the number of blocks in one span of c (at least 1).
+func (c Content) spanBlocks() int64 { return spanBlocks(c.ChangeSpan) }
+
+func spanBlocks(span int64) int64 { return max(1, span/BlockSize) }
+
+// changed reports whether span s is new in version v (v >= 1). With spans of one block, s is
+// the block's number: the decision, and so the bytes, are those of the per-block scheme.
+func changed(seed uint64, change float64, v int, s int64) bool {
 	if change <= 0 {
 		return false
 	}
 	if change >= 1 {
 		return true
 	}
-	r := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(v)<<40|uint64(b)))
+	r := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(v)<<40|uint64(s)))
 	return r.Float64() < change
 }
 
-// source returns the version whose data block b of c holds.
+// source returns the version whose data block b of c holds: the newest version, at most
+// c.Version, in which b's span changed.
 func (c Content) source(seed uint64, b int64) int {
+	s := b / c.spanBlocks()
 	for v := c.Version; v > 0; v-- {
-		if changed(seed, c.Change, v, b) {
+		if changed(seed, c.Change, v, s) {
 			return v
 		}
 	}
@@ -64,13 +83,16 @@ func (c Content) source(seed uint64, b int64) int {
 }
 
 // ChangedBlocks counts the blocks of c that differ from version Version-1 (all of them for
-// version 0) and the bytes they hold.
+// version 0) and the bytes they hold; with spans, every block of a changed span counts.
 func (c Content) ChangedBlocks() (blocks, bytes int64) {
 	seed := c.seed()
-	for b := int64(0); b*BlockSize < c.Size; b++ {
-		if c.Version == 0 || changed(seed, c.Change, c.Version, b) {
-			blocks++
-			bytes += min(BlockSize, c.Size-b*BlockSize)
+	n := c.spanBlocks()
+	span := n * BlockSize
+	for s := int64(0); s*span < c.Size; s++ {
+		if c.Version == 0 || changed(seed, c.Change, c.Version, s) {
+			in := min(span, c.Size-s*span)
+			blocks += (in + BlockSize - 1) / BlockSize
+			bytes += in
 		}
 	}
 	return blocks, bytes

@@ -47,12 +47,16 @@ type Spec struct {
 	BurstWindow float64
 	// VersionEvery is the mean time between two new versions of a repository (finetune).
 	VersionEvery float64
+	// ChangeSpanMiB is the change span of the weight files (Content.ChangeSpan) in MiB, 1..1024:
+	// a new version replaces aligned runs of this many MiB (finetune). 1, the default, decides
+	// every 1 MiB block on its own and writes no change_span: the traces of before the option.
+	ChangeSpanMiB int
 }
 
 // DefaultSpec returns the defaults of perf/cmd/tracegen for scenario.
 func DefaultSpec(scenario string) Spec {
 	s := Spec{Scenario: scenario, Seed: 1, Duration: 60, Rate: 20, Repos: 100, Zipf: 1.1, Clients: 50,
-		Regions: []string{""}, Scale: 1, BurstWindow: 120, VersionEvery: 60}
+		Regions: []string{""}, Scale: 1, BurstWindow: 120, VersionEvery: 60, ChangeSpanMiB: 1}
 	if scenario == ScenarioWholeRepo {
 		s.Rate = 0.5
 	}
@@ -94,6 +98,8 @@ func (s Spec) Check() error {
 		return bad("burst-window", "%v seconds, want (0, duration]", s.BurstWindow)
 	case s.Scenario == ScenarioFinetune && !(s.VersionEvery > 0 && s.VersionEvery <= s.Duration):
 		return bad("version-every", "%v seconds, want (0, duration]", s.VersionEvery)
+	case s.ChangeSpanMiB < 1 || s.ChangeSpanMiB > MaxChangeSpan/BlockSize:
+		return bad("change-span", "%d MiB, want 1..%d", s.ChangeSpanMiB, MaxChangeSpan/BlockSize)
 	}
 	for _, r := range s.Regions {
 		if err := checkRegion(r); err != nil {
@@ -185,6 +191,9 @@ func (g *generator) rec(t float64, op Op, r *repo, f *repoFile, client, region s
 		rec.File, rec.Size = f.name, f.size
 		if f.shard {
 			rec.Version, rec.Change = r.visible, f.change
+			if g.s.ChangeSpanMiB > 1 {
+				rec.ChangeSpan = int64(g.s.ChangeSpanMiB) * BlockSize
+			}
 			if op == Upload {
 				rec.Version = r.version
 			}

@@ -106,6 +106,48 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestScenarioChangeSpan: a change span is written on every line of a weight file and changes
+// nothing else in the trace; the default (1 MiB) writes none.
+func TestScenarioChangeSpan(t *testing.T) {
+	s := DefaultSpec(ScenarioFinetune)
+	s.Duration, s.Repos, s.Scale = 120, 20, 0.001
+	plain, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(write(t, plain), []byte("change_span")) {
+		t.Fatal("the default span wrote change_span")
+	}
+	s.ChangeSpanMiB = 32
+	spans, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadAll(bytes.NewReader(write(t, spans)))
+	if err != nil || len(back) != len(plain) {
+		t.Fatalf("%d records read back, want %d (%v)", len(back), len(plain), err)
+	}
+	var shards, versions int
+	for i, r := range back {
+		if strings.HasSuffix(r.File, ".safetensors") != (r.ChangeSpan == 32<<20) {
+			t.Fatalf("line %d: %s has change_span %d", i+1, r.File, r.ChangeSpan)
+		}
+		if r.ChangeSpan != 0 {
+			shards++
+			if r.Version > 0 {
+				versions++
+			}
+		}
+		r.ChangeSpan = 0
+		if !reflect.DeepEqual(r, plain[i]) {
+			t.Fatalf("line %d: %+v, without a span %+v", i+1, r, plain[i])
+		}
+	}
+	if shards == 0 || versions == 0 {
+		t.Errorf("%d weight-file lines, %d of versions above 0", shards, versions)
+	}
+}
+
 func TestSpecCheck(t *testing.T) {
 	for _, tc := range []struct {
 		mod  func(*Spec)
@@ -121,6 +163,8 @@ func TestSpecCheck(t *testing.T) {
 		{func(s *Spec) { s.Scale = 2 }, "-scale"},
 		{func(s *Spec) { s.Regions = []string{"EU"} }, "-regions"},
 		{func(s *Spec) { s.Regions = nil }, "-regions"},
+		{func(s *Spec) { s.ChangeSpanMiB = 0 }, "-change-span"},
+		{func(s *Spec) { s.ChangeSpanMiB = 1025 }, "-change-span"},
 	} {
 		s := DefaultSpec(ScenarioZipf)
 		tc.mod(&s)

@@ -4,8 +4,8 @@
 // access log; the replayer (perf/cmd/replay) issues the requests on the trace's schedule.
 //
 // A file's bytes are not in the trace: they are a pure function of the file's identity (repo,
-// file, version, size, change; see Content), so the replayer generates what it uploads and checks
-// what it downloads byte for byte without storing either.
+// file, version, size, change, change span; see Content), so the replayer generates what it
+// uploads and checks what it downloads byte for byte without storing either.
 package trace
 
 import (
@@ -68,6 +68,10 @@ type Record struct {
 	// Change is the fraction of 1 MiB blocks that differ between consecutive versions, in
 	// [0, 1]. It is part of the file's identity: every line naming a file gives the same value.
 	Change float64 `json:"change,omitempty"`
+	// ChangeSpan is the length in bytes of the aligned runs of blocks that change together
+	// (Content.ChangeSpan): a positive multiple of 1 MiB, at most 1 GiB; 0 (absent) means
+	// 1 MiB. Part of the file's identity like Change.
+	ChangeSpan int64 `json:"change_span,omitempty"`
 	// Ranges are the inclusive byte ranges of download_ranges, each inside the file.
 	Ranges [][2]int64 `json:"ranges,omitempty"`
 	// Access is "read" (default) or "write", for token only.
@@ -117,6 +121,7 @@ type raw struct {
 	Version *int64    `json:"version"`
 	Size    *int64    `json:"size"`
 	Change  *float64  `json:"change"`
+	Span    *int64    `json:"change_span"`
 	Ranges  [][]int64 `json:"ranges"`
 	Access  *string   `json:"access"`
 	Region  *string   `json:"region"`
@@ -189,7 +194,7 @@ func ParseLine(n int, line []byte) (Record, error) {
 			name string
 			set  bool
 		}{{"file", r.File != nil}, {"version", r.Version != nil}, {"size", r.Size != nil},
-			{"change", r.Change != nil}, {"ranges", r.Ranges != nil}} {
+			{"change", r.Change != nil}, {"change_span", r.Span != nil}, {"ranges", r.Ranges != nil}} {
 			if f.set {
 				return bad(f.name, "not allowed on a token line")
 			}
@@ -228,6 +233,14 @@ func ParseLine(n int, line []byte) (Record, error) {
 	if r.Change != nil {
 		if rec.Change = *r.Change; !(rec.Change >= 0 && rec.Change <= 1) {
 			return bad("change", "%v is outside 0..1", rec.Change)
+		}
+	}
+	if r.Span != nil {
+		if rec.ChangeSpan = *r.Span; rec.ChangeSpan < BlockSize || rec.ChangeSpan > MaxChangeSpan {
+			return bad("change_span", "%d is outside %d..%d bytes (1 MiB..1 GiB)", rec.ChangeSpan, BlockSize, MaxChangeSpan)
+		}
+		if rec.ChangeSpan%BlockSize != 0 {
+			return bad("change_span", "%d bytes is not a multiple of %d (1 MiB)", rec.ChangeSpan, BlockSize)
 		}
 	}
 	if rec.Op != DownloadRanges {
@@ -351,7 +364,7 @@ type FileKey struct {
 func (k FileKey) String() string { return fmt.Sprintf("%s/%s@%d", k.Repo, k.File, k.Version) }
 
 // Reader reads a trace line by line and checks it as a whole: offsets never decrease, and all
-// lines naming one file version agree on its size and change.
+// lines naming one file version agree on its size, change and change span.
 type Reader struct {
 	sc    *bufio.Scanner
 	n     int
@@ -362,6 +375,7 @@ type Reader struct {
 type fileSeen struct {
 	size   int64
 	change float64
+	span   int64 // blocks per span: an absent change_span and 1 MiB are the same
 	line   int
 }
 
@@ -391,12 +405,15 @@ func (r *Reader) Next() (Record, error) {
 		r.last = rec.T
 		if rec.Op != Token {
 			k := FileKey{rec.Repo, rec.File, rec.Version}
+			span := spanBlocks(rec.ChangeSpan)
 			if s, ok := r.files[k]; !ok {
-				r.files[k] = fileSeen{rec.Size, rec.Change, r.n}
+				r.files[k] = fileSeen{rec.Size, rec.Change, span, r.n}
 			} else if s.size != rec.Size {
 				return Record{}, &LineError{Line: r.n, Field: "size", Msg: fmt.Sprintf("%d, but line %d gave %s %d bytes", rec.Size, s.line, k, s.size)}
 			} else if s.change != rec.Change {
 				return Record{}, &LineError{Line: r.n, Field: "change", Msg: fmt.Sprintf("%v, but line %d gave %s change %v", rec.Change, s.line, k, s.change)}
+			} else if s.span != span {
+				return Record{}, &LineError{Line: r.n, Field: "change_span", Msg: fmt.Sprintf("%d MiB, but line %d gave %s change_span %d MiB", span, s.line, k, s.span)}
 			}
 		}
 		return rec, nil

@@ -22,6 +22,10 @@ func TestParseLineGood(t *testing.T) {
 		{`{"t":2,"op":"download_ranges","repo":"models/a/b","file":"f","size":100,"ranges":[[0,7],[8,99]],"client":"c"}`,
 			Record{T: 2, Op: DownloadRanges, Repo: "models/a/b", File: "f", Size: 100, Ranges: [][2]int64{{0, 7}, {8, 99}}, Client: "c"}},
 		{`{"t":3,"op":"token","repo":"spaces/a/b","client":"c"}`, Record{T: 3, Op: Token, Repo: "spaces/a/b", Access: "read", Client: "c"}},
+		{`{"t":4,"op":"upload","repo":"models/a/b","file":"f","version":2,"size":10,"change":0.1,"change_span":33554432,"client":"c"}`,
+			Record{T: 4, Op: Upload, Repo: "models/a/b", File: "f", Version: 2, Size: 10, Change: 0.1, ChangeSpan: 32 << 20, Client: "c"}},
+		{`{"t":4,"op":"download","repo":"models/a/b","file":"f","size":10,"change_span":1073741824,"client":"c"}`,
+			Record{T: 4, Op: Download, Repo: "models/a/b", File: "f", Size: 10, ChangeSpan: 1 << 30, Client: "c"}},
 		{`{"t":3,"op":"token","repo":"spaces/a/b","access":"write","client":"c"}`, Record{T: 3, Op: Token, Repo: "spaces/a/b", Access: "write", Client: "c"}},
 	} {
 		got, err := ParseLine(1, []byte(tc.line))
@@ -61,6 +65,13 @@ func TestParseLineBad(t *testing.T) {
 		{`{"t":0,"op":"download","repo":"models/a/b","file":"f","size":1}`, "client", "missing"},
 		{`{"t":0,"op":"download",` + ok + `,"version":-2}`, "version", "outside"},
 		{`{"t":0,"op":"download",` + ok + `,"change":1.5}`, "change", "outside"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":0}`, "change_span", "0 is outside 1048576..1073741824"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":-1048576}`, "change_span", "outside"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":1048577}`, "change_span", "not a multiple of 1048576"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":34603008.5}`, "change_span", "whole number"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":1074790400}`, "change_span", "outside"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":1e30}`, "change_span", "whole number"},
+		{`{"t":0,"op":"download",` + ok + `,"change_span":"32"}`, "change_span", "whole number"},
 		{`{"t":0,"op":"download",` + ok + `,"region":"EU"}`, "region", "not allowed"},
 		{`{"t":0,"op":"download",` + ok + `,"colour":"red"}`, "colour", "unknown field"},
 		{`{"t":0,"op":"download",` + ok + `,"ranges":[[0,1]]}`, "ranges", "only allowed"},
@@ -70,6 +81,7 @@ func TestParseLineBad(t *testing.T) {
 		{`{"t":0,"op":"download_ranges",` + ok + `,"ranges":[[0,1],[90,100]]}`, "ranges", "range 1 [90, 100]"},
 		{`{"t":0,"op":"download_ranges",` + ok + `,"ranges":[[0]]}`, "ranges", "range 0 has 1 numbers"},
 		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","file":"f"}`, "file", "not allowed on a token"},
+		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","change_span":1048576}`, "change_span", "not allowed on a token"},
 		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","access":"admin"}`, "access", "not read or write"},
 	} {
 		_, err := ParseLine(7, []byte(tc.line))
@@ -92,6 +104,9 @@ func TestReaderChecksTheTrace(t *testing.T) {
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":101,"client":"c"}`, `trace line 2: field "size": 101, but line 1`},
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"change":0.1,"client":"c"}`, `trace line 2: field "change"`},
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","version":1,"size":101,"client":"c"}`, ""},
+		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"change_span":2097152,"client":"c"}`, `trace line 2: field "change_span": 2 MiB, but line 1 gave models/a/b/f@0 change_span 1 MiB`},
+		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"change_span":1048576,"client":"c"}`, ""}, // 1 MiB is the default
+		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","version":1,"size":100,"change_span":2097152,"client":"c"}`, ""},
 		{a + "\n" + strings.Repeat("x", MaxLineSize+1), "trace line 2: longer than"},
 	} {
 		recs, err := ReadAll(strings.NewReader(tc.trace))
@@ -107,8 +122,8 @@ func TestReaderChecksTheTrace(t *testing.T) {
 
 func TestWriterRoundTrip(t *testing.T) {
 	in := []Record{
-		{T: 0.1234567, Op: Upload, Repo: "models/a/b", File: "f", Version: 2, Size: 5, Change: 0.25, Client: "c"},
-		{T: 1, Op: DownloadRanges, Repo: "models/a/b", File: "f", Version: 2, Size: 5, Change: 0.25, Ranges: [][2]int64{{1, 2}}, Region: "eu", Client: "c"},
+		{T: 0.1234567, Op: Upload, Repo: "models/a/b", File: "f", Version: 2, Size: 5, Change: 0.25, ChangeSpan: 8 << 20, Client: "c"},
+		{T: 1, Op: DownloadRanges, Repo: "models/a/b", File: "f", Version: 2, Size: 5, Change: 0.25, ChangeSpan: 8 << 20, Ranges: [][2]int64{{1, 2}}, Region: "eu", Client: "c"},
 		{T: 2, Op: Token, Repo: "models/a/b", Access: "write", Client: "d"},
 	}
 	var b bytes.Buffer
@@ -120,6 +135,12 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
+	}
+	if !bytes.Contains(b.Bytes(), []byte(`"change_span":8388608`)) {
+		t.Errorf("the change span is not written:\n%s", b.Bytes())
+	}
+	if c := ContentOf(in[0]); c.ChangeSpan != 8<<20 || c.Change != 0.25 || c.Version != 2 {
+		t.Errorf("ContentOf = %+v", c)
 	}
 	out, err := ReadAll(&b)
 	if err != nil {
@@ -217,6 +238,7 @@ func FuzzParseLine(f *testing.F) {
 		`{"t":2,"op":"download_ranges","repo":"models/a/b","file":"f","size":100,"ranges":[[0,7],[8,99]],"client":"c"}`,
 		`{"t":3,"op":"token","repo":"spaces/a/b","access":"write","client":"c"}`,
 		`{"t":1.5,"op":"upload","repo":"datasets/a/b","file":"d/x","version":3,"size":10,"change":0.05,"region":"eu","client":"c"}`,
+		`{"t":1.5,"op":"upload","repo":"models/a/b","file":"w","version":1,"size":10,"change":0.05,"change_span":33554432,"client":"c"}`,
 		`{}`, `[]`, `null`, `{"t":1e400}`,
 	} {
 		f.Add([]byte(s))

@@ -99,6 +99,38 @@ func TestNewChunkBytes(t *testing.T) {
 	}
 }
 
+// TestNewChunkBytesSpan: with a change span, the changed bytes come in whole spans and the
+// bound is those spans plus at most the two chunks straddling each run's edges.
+func TestNewChunkBytesSpan(t *testing.T) {
+	const span = 4 << 20
+	h := trace.Record{Op: trace.Upload, Repo: "models/a/b", File: "w.safetensors", Size: 3*span + 12345, Change: 0.5, ChangeSpan: span, Client: "p"}
+	v := func(r trace.Record, ver int, t float64) trace.Record { r.Version, r.T = ver, t; return r }
+	recs := []trace.Record{v(h, 0, 0), v(h, 1, 1), v(h, 2, 2), v(h, 3, 3)}
+	r, err := newReplayer(&config{preload: true, edges: map[string]string{}}, recs, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := newChunkBytes(context.Background(), recs, r.files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var some bool
+	for i := 1; i < len(recs); i++ {
+		_, changed := trace.ContentOf(recs[i]).ChangedBlocks()
+		if changed%span != 0 && changed%span != h.Size%span {
+			t.Errorf("version %d: %d changed bytes, not whole spans", i, changed)
+		}
+		some = some || (changed > 0 && changed < h.Size)
+		// A run of changed spans costs its bytes and at most one chunk (< 128 KiB) on each side.
+		if got[i] < changed || got[i] > changed+2*128<<10 {
+			t.Errorf("version %d: %d new-chunk bytes for %d changed", i, got[i], changed)
+		}
+	}
+	if !some {
+		t.Error("no version changes part of the file")
+	}
+}
+
 // TestPrintNewChunks: the summary names the bound and both ratios.
 func TestPrintNewChunks(t *testing.T) {
 	res := &results{Ops: map[trace.Op]*OpResult{trace.Upload: {Requests: 2, Bytes: 1000, TransferBytes: 220, ChangedBytes: 200, NewChunkBytes: 210}}}

@@ -216,7 +216,7 @@ func TestReplayAgainstBinaries(t *testing.T) {
 // the version it changes (the fine-tune traces have such uploads); with -no-preload the trace
 // is refused, naming the version.
 func TestPreloadsPreviousVersion(t *testing.T) {
-	up := trace.Record{T: 1, Op: trace.Upload, Repo: "models/a/b", File: "m.safetensors", Version: 2, Size: 3 << 20, Change: 0.1, Client: "p"}
+	up := trace.Record{T: 1, Op: trace.Upload, Repo: "models/a/b", File: "m.safetensors", Version: 2, Size: 3 << 20, Change: 0.1, ChangeSpan: 2 << 20, Client: "p"}
 	p := writeTrace(t, []trace.Record{up})
 	c, err := parseFlags([]string{"-trace", p, "-origin", "http://127.0.0.1:1"}, &bytes.Buffer{})
 	if err != nil {
@@ -227,7 +227,7 @@ func TestPreloadsPreviousVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	prev := r.files[trace.FileKey{Repo: up.Repo, File: up.File, Version: 1}]
-	if prev == nil || !prev.preload || prev.content.Version != 1 || prev.content.Size != up.Size || prev.content.Change != up.Change {
+	if prev == nil || !prev.preload || prev.content.Version != 1 || prev.content.Size != up.Size || prev.content.Change != up.Change || prev.content.ChangeSpan != up.ChangeSpan {
 		t.Fatalf("version 1: %+v, want a preload of it", prev)
 	}
 	if s := r.files[trace.FileKey{Repo: up.Repo, File: up.File, Version: 2}]; s == nil || s.preload {

@@ -127,7 +127,8 @@ type OpResult struct {
 	Bytes        int64             `json:"bytes"`
 	// TransferBytes: downloads, bytes received from transfer URLs; uploads, body bytes sent.
 	TransferBytes int64 `json:"transfer_bytes"`
-	// ChangedBytes: uploads, bytes in 1 MiB blocks that differ from the previous version.
+	// ChangedBytes: uploads, bytes in the 1 MiB blocks that differ from the previous version
+	// (trace.Content.ChangedBlocks: every block of a changed span).
 	ChangedBytes int64 `json:"changed_bytes,omitempty"`
 	// NewChunkBytes: uploads, bytes of the files' chunks that no file on the server had (the
 	// lower bound of TransferBytes; perf/README.md, "new-chunk bytes").

@@ -3,6 +3,7 @@
 // summary of the trace to stderr.
 //
 //	tracegen -scenario zipf -duration 60 -rate 20 -scale 0.001 -o zipf.jsonl
+//	tracegen -scenario finetune -scale 0.1 -change-span 32 -o finetune.jsonl
 //	tracegen -from-log access.log -o mine.jsonl
 //	tracegen -check zipf.jsonl
 package main
@@ -36,6 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scale    = fs.Float64("scale", d.Scale, "multiply the size of every file above 1 MiB by this (not below 1 MiB), e.g. 0.001 turns 4 GiB shards into 4 MiB")
 		window   = fs.Float64("burst-window", d.BurstWindow, "burst: seconds over which the clients arrive")
 		every    = fs.Float64("version-every", d.VersionEvery, "finetune: mean seconds between two versions of a repository")
+		span     = fs.Int("change-span", d.ChangeSpanMiB, "finetune: MiB (1..1024) a new version replaces in one piece, in aligned runs, as a fine-tune rewrites whole tensors; 1: every 1 MiB block on its own")
 		out      = fs.String("o", "-", "output file; - is stdout")
 		fromLog  = fs.String("from-log", "", "convert this access log (TIMESTAMP PATH STATUS BYTES [CLIENT [REGION]] per line) instead of generating")
 		check    = fs.String("check", "", "check this trace and print its summary; writes nothing")
@@ -64,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *scenario == "" {
-		for _, f := range []string{"seed", "duration", "rate", "repos", "zipf", "clients", "regions", "scale", "burst-window", "version-every"} {
+		for _, f := range []string{"seed", "duration", "rate", "repos", "zipf", "clients", "regions", "scale", "burst-window", "version-every", "change-span"} {
 			if set[f] {
 				fmt.Fprintf(stderr, "tracegen: -%s only applies to -scenario\n", f)
 				return 2
@@ -125,8 +127,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return done(true)
 	}
 	s := d
-	s.Scenario, s.Seed, s.Duration, s.Repos, s.Zipf, s.Scale, s.BurstWindow, s.VersionEvery =
-		*scenario, *seed, *duration, *repos, *zipf, *scale, *window, *every
+	s.Scenario, s.Seed, s.Duration, s.Repos, s.Zipf, s.Scale, s.BurstWindow, s.VersionEvery, s.ChangeSpanMiB =
+		*scenario, *seed, *duration, *repos, *zipf, *scale, *window, *every, *span
 	def := trace.DefaultSpec(*scenario)
 	s.Rate, s.Clients = def.Rate, def.Clients
 	if set["rate"] {
