@@ -208,10 +208,12 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	u.files[idx] = fs
 	u.b.StartFile()
 	sinceQuery := dedupSpacing // the first chunk may always be queried
-	// Until a dedup answer arrives for this file, its first shard.FileAnchors anchor chunks
-	// are asked about too, whatever the spacing: xetcdn indexes those of every file, so a new
-	// version whose first chunks changed still finds the previous one (§8.6, [xetcdn]).
-	anchors, answered := 0, false
+	// Until a dedup answer arrives for this file, its anchor chunks (shard.AnchorPicker) are
+	// asked about too, whatever the spacing: xetcdn indexes those of every file, so a new
+	// version whose first chunks (or first tensor) changed still finds the previous one (§8.6,
+	// [xetcdn]).
+	var anchors shard.AnchorPicker
+	answered := false
 	// New chunks met while anchors are still to be asked about are held back (copied, at most
 	// maxHeld bytes) rather than packed: when a later anchor's answer covers them (the chunks
 	// between a changed first block and the next anchor), they are referenced, not sent.
@@ -249,10 +251,7 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		if !ok {
 			ref, ok = u.lookupRemote(ch.Hash)
 		}
-		anchor := !answered && anchors < shard.FileAnchors && ch.Hash.Mod(shard.AnchorModulus) == 0
-		if anchor {
-			anchors++
-		}
+		anchor := anchors.Next(ch.Hash, ch.Len) && !answered
 		if !ok && !u.c.opts.DisableGlobalDedup && !u.queried[ch.Hash] &&
 			(anchor || sinceQuery >= dedupSpacing && (n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0)) {
 			sinceQuery = 0
@@ -265,7 +264,7 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 			answered = true // an earlier answer of this session covers the file
 		}
 		sinceQuery++
-		if !ok && !answered && anchors < shard.FileAnchors && !u.c.opts.DisableGlobalDedup &&
+		if !ok && !answered && !anchors.Done() && !u.c.opts.DisableGlobalDedup &&
 			heldBytes+len(data) <= maxHeld {
 			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
 			heldBytes += len(data)
@@ -298,7 +297,9 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 }
 
 // maxHeld bounds the bytes of new chunks addFile holds back while a file's anchors are still to
-// be asked about (shard.FileAnchors anchors are about 64 chunks, 4 MiB, on average).
+// be asked about (the first shard.FileAnchors are about 64 chunks, 4 MiB, on average; then one
+// per shard.AnchorStride, 4 MiB): when it is full, the held chunks are packed and holding starts
+// again, so the chunks between the end of a changed region and the next anchor are held.
 const maxHeld = 16 << 20
 
 // heldChunk is a new chunk held back by addFile: its bytes (a copy) and index in the file.

@@ -99,3 +99,44 @@ func TestE2EReuploadOldVersion(t *testing.T) {
 		t.Errorf("version 2 again, after version 0 again: sent %d bytes, want only a shard (all its chunks are stored)", sent)
 	}
 }
+
+// TestE2EChangedFirstTensor: a new version that rewrites a file's first 12 MiB in one piece (a
+// retrained first tensor, e.g. the embeddings) changes every chunk the first anchors cover
+// (~4 MiB), and a 40 MiB file has few or no chunks of the stock rule (one in 1,024, ~64 MiB
+// apart) in the rest. The stride anchors (shard.AnchorPicker) let the client, in a fresh
+// session, find the previous version past the changed bytes and send only the new chunks, not
+// the whole file (docs/protocol.md §8.6, [xetcdn]).
+func TestE2EChangedFirstTensor(t *testing.T) {
+	o := startOrigin(t)
+	write := o.token(t, "models/acme/embeddings", "write")
+	const mib = 1 << 20
+	v0 := randBytes(72, 40*mib)
+	v1 := bytes.Clone(v0)
+	copy(v1[:12*mib], randBytes(3000, 12*mib))
+	up := func(data []byte) int64 {
+		return totalSent(upload(t, newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write }), data))
+	}
+	up(v0)
+	stored := map[hash.Hash]bool{}
+	chunks, _, err := chunk.HashAll(bytes.NewReader(v0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunks {
+		stored[c.Hash] = true
+	}
+	if chunks, _, err = chunk.HashAll(bytes.NewReader(v1)); err != nil {
+		t.Fatal(err)
+	}
+	var ideal int64
+	for _, c := range chunks {
+		if !stored[c.Hash] {
+			ideal += int64(c.Len)
+		}
+	}
+	sent := up(v1)
+	t.Logf("sent %d bytes for 12 MiB changed, %d in new chunks (%.3fx)", sent, ideal, float64(sent)/float64(ideal))
+	if limit := ideal + ideal/400 + 8<<10; sent > limit {
+		t.Errorf("sent %d bytes, want at most %d (new chunks %d of a %d-byte file)", sent, limit, ideal, len(v1))
+	}
+}

@@ -412,8 +412,8 @@ const MaxAnchoredFiles = 64
 
 // dedupChunks lists the chunks a registration indexes for global dedup (docs/protocol.md §8.6):
 // the eligible chunks of the shard (shard.EligibleChunks) and, for every file, the first chunk
-// of its first term also when that xorb is described by an earlier shard, and the file's first
-// shard.FileAnchors anchor chunks. The first chunk is what a fresh client asks about first when
+// of its first term also when that xorb is described by an earlier shard, and the file's
+// anchor chunks (shard.AnchorPicker). The first chunk is what a fresh client asks about first when
 // it uploads the next version of the file, and the answer must then offer this shard (the
 // newest version) rather than the one that first stored the chunk (docs/decisions.md,
 // 2026-12-01 "Dedup answers follow file versions").
@@ -446,24 +446,25 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, star
 			seen[c] = true
 			out = append(out, c)
 		}
-		// The file's first anchors (shard.AnchorModulus), for a next version whose first
-		// chunks changed.
-		anchors := 0
+		// The file's anchors (shard.AnchorPicker: its first ones and one per 4 MiB window up
+		// to 260 MiB), for a next version whose first chunks changed.
+		var pick shard.AnchorPicker
 	terms:
 		for _, t := range f.Terms {
 			l := layouts[t.Xorb]
 			if l == nil || t.End > uint32(l.NumChunks()) {
 				break
 			}
-			for _, c := range l.ChunkHashes[t.Start:t.End] {
-				if c.Mod(shard.AnchorModulus) != 0 {
-					continue
+			for i := t.Start; i < t.End; i++ {
+				n := l.RawEnds[i]
+				if i > 0 {
+					n -= l.RawEnds[i-1]
 				}
-				if !seen[c] {
+				if c := l.ChunkHashes[i]; pick.Next(c, int(n)) && !seen[c] {
 					seen[c] = true
 					out = append(out, c)
 				}
-				if anchors++; anchors == shard.FileAnchors {
+				if pick.Done() {
 					break terms
 				}
 			}
