@@ -456,11 +456,7 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, star
 				break
 			}
 			for i := t.Start; i < t.End; i++ {
-				n := l.RawEnds[i]
-				if i > 0 {
-					n -= l.RawEnds[i-1]
-				}
-				if c := l.ChunkHashes[i]; pick.Next(c, int(n)) && !seen[c] {
+				if c := l.ChunkHashes[i]; pick.Next(c, int(l.RawRange(i, i+1))) && !seen[c] {
 					seen[c] = true
 					out = append(out, c)
 				}
