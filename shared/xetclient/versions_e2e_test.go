@@ -22,24 +22,9 @@ func TestE2EVersionChainDedup(t *testing.T) {
 	const block = 1 << 20
 	data := randBytes(70, 16*block)
 	upload(t, newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write }), data)
-	// stored: the chunks of every version uploaded so far. novel: the bytes of the chunks of
-	// data no earlier version has, what a perfect client sends (content-defined chunks
-	// straddle the rewritten blocks' edges, so it is a little more than the blocks).
+	// stored: the chunks of every version uploaded so far.
 	stored := map[hash.Hash]bool{}
-	novel := func(data []byte) int64 {
-		chunks, _, err := chunk.HashAll(bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		for _, c := range chunks {
-			if !stored[c.Hash] {
-				n += int64(c.Len)
-			}
-			stored[c.Hash] = true
-		}
-		return n
-	}
+	novel := func(data []byte) int64 { return novelBytes(t, stored, data) }
 	novel(data)
 	// Blocks each version rewrites; version 2 rewrites the first block, so its first chunk
 	// (the one a client always asks about) is one version 0 never had.
@@ -87,9 +72,7 @@ func TestE2EReuploadOldVersion(t *testing.T) {
 	for i, b := range []int{3, 7} {
 		copy(v2[b*block:(b+1)*block], randBytes(uint64(2000+i), block))
 	}
-	up := func(data []byte) int64 {
-		return totalSent(upload(t, newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write }), data))
-	}
+	up := func(data []byte) int64 { return sentFresh(t, o.url, write, data) }
 	// v1 = v0 and v3 = v2: the shards of v0's second upload and of v1 are the same bytes.
 	for _, data := range [][]byte{v0, v0, v2, v2} {
 		up(data)
@@ -113,30 +96,38 @@ func TestE2EChangedFirstTensor(t *testing.T) {
 	v0 := randBytes(72, 40*mib)
 	v1 := bytes.Clone(v0)
 	copy(v1[:12*mib], randBytes(3000, 12*mib))
-	up := func(data []byte) int64 {
-		return totalSent(upload(t, newClient(t, o.url, func(opts *xetclient.Options) { opts.Token = write }), data))
-	}
-	up(v0)
+	sentFresh(t, o.url, write, v0)
 	stored := map[hash.Hash]bool{}
-	chunks, _, err := chunk.HashAll(bytes.NewReader(v0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range chunks {
-		stored[c.Hash] = true
-	}
-	if chunks, _, err = chunk.HashAll(bytes.NewReader(v1)); err != nil {
-		t.Fatal(err)
-	}
-	var ideal int64
-	for _, c := range chunks {
-		if !stored[c.Hash] {
-			ideal += int64(c.Len)
-		}
-	}
-	sent := up(v1)
+	novelBytes(t, stored, v0)
+	ideal := novelBytes(t, stored, v1)
+	sent := sentFresh(t, o.url, write, v1)
 	t.Logf("sent %d bytes for 12 MiB changed, %d in new chunks (%.3fx)", sent, ideal, float64(sent)/float64(ideal))
 	if limit := ideal + ideal/400 + 8<<10; sent > limit {
 		t.Errorf("sent %d bytes, want at most %d (new chunks %d of a %d-byte file)", sent, limit, ideal, len(v1))
 	}
+}
+
+// novelBytes returns the bytes of data's chunks that are not in stored, what a perfect client
+// sends (content-defined chunks straddle a rewritten region's edges, so it is a little more
+// than the region), and adds data's chunks to stored.
+func novelBytes(t *testing.T, stored map[hash.Hash]bool, data []byte) int64 {
+	t.Helper()
+	chunks, _, err := chunk.HashAll(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range chunks {
+		if !stored[c.Hash] {
+			n += int64(c.Len)
+		}
+		stored[c.Hash] = true
+	}
+	return n
+}
+
+// sentFresh uploads data in a new client session with token and returns the bytes it sent.
+func sentFresh(t *testing.T, url, token string, data []byte) int64 {
+	t.Helper()
+	return totalSent(upload(t, newClient(t, url, func(opts *xetclient.Options) { opts.Token = token }), data))
 }

@@ -8,13 +8,13 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
-// anchorChunk is a chunk of a synthetic file: a hash whose h % AnchorModulus is chosen, and a
-// length.
+// anchorChunk is a chunk of a synthetic file: a random hash and a length.
 type anchorChunk struct {
 	h hash.Hash
 	n int
 }
 
+// synthFile returns random chunks of 8-128 KiB (~64 KiB on average) adding up to size bytes.
 func synthFile(r *rand.Rand, size int64) []anchorChunk {
 	var out []anchorChunk
 	for off := int64(0); off < size; {
@@ -22,7 +22,7 @@ func synthFile(r *rand.Rand, size int64) []anchorChunk {
 		for i := 0; i < 4; i++ {
 			binary.LittleEndian.PutUint64(h[8*i:], r.Uint64())
 		}
-		n := 8<<10 + r.IntN(120<<10) // 8-128 KiB, ~64 KiB on average
+		n := int(min(int64(8<<10+r.IntN(120<<10)), size-off))
 		out = append(out, anchorChunk{h, n})
 		off += int64(n)
 	}
@@ -82,21 +82,7 @@ func TestAnchorPickerSameAfterChange(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	rest := synthFile(r, 40<<20)
 	// Version a's and b's first 12 MiB are different chunks of the same total length.
-	head := func(seed uint64) []anchorChunk {
-		rr := rand.New(rand.NewPCG(seed, 5))
-		var out []anchorChunk
-		left := 12 << 20
-		for left > 0 {
-			var h hash.Hash
-			for i := 0; i < 4; i++ {
-				binary.LittleEndian.PutUint64(h[8*i:], rr.Uint64())
-			}
-			n := min(left, 8<<10+rr.IntN(120<<10))
-			out = append(out, anchorChunk{h, n})
-			left -= n
-		}
-		return out
-	}
+	head := func(seed uint64) []anchorChunk { return synthFile(rand.New(rand.NewPCG(seed, 5)), 12<<20) }
 	pick := func(chunks []anchorChunk) map[hash.Hash]bool {
 		var p AnchorPicker
 		out := map[hash.Hash]bool{}
