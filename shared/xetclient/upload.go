@@ -214,13 +214,15 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	// [xetcdn]).
 	var anchors shard.AnchorPicker
 	answered := false
-	// New chunks met while anchors are still to be asked about are held back (copied, at most
-	// maxHeld bytes) rather than packed: when a later anchor's answer covers them (the chunks
-	// between a changed first block and the next anchor), they are referenced, not sent.
+	// New chunks met while anchors are still to be asked about are held back (copied, the
+	// newest maxHeld bytes) rather than packed: when a later anchor's answer covers them (the
+	// chunks between a changed first block and the next anchor), they are referenced, not sent.
 	var held []heldChunk
 	heldBytes := 0
-	release := func() error {
-		for _, c := range held {
+	// pack adds the oldest k held chunks to the file (referenced when an answer covers them by
+	// now, else packed) and drops them from held.
+	pack := func(k int) error {
+		for _, c := range held[:k] {
 			ref, ok := u.local[c.ch.Hash]
 			if !ok {
 				ref, ok = u.lookupRemote(c.ch.Hash)
@@ -232,10 +234,14 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 				}
 			}
 			fs.add(ref, uint32(c.ch.Len), c.n)
+			heldBytes -= len(c.data)
 		}
-		held, heldBytes = held[:0], 0
+		m := copy(held, held[k:])
+		clear(held[m:]) // no packed chunk's bytes stay reachable
+		held = held[:m]
 		return nil
 	}
+	release := func() error { return pack(len(held)) }
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -264,8 +270,20 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 			answered = true // an earlier answer of this session covers the file
 		}
 		sinceQuery++
-		if !ok && !answered && !anchors.Done() && !u.c.opts.DisableGlobalDedup &&
-			heldBytes+len(data) <= maxHeld {
+		if !ok && !answered && !anchors.Done() && !u.c.opts.DisableGlobalDedup && len(data) <= maxHeld {
+			// Room for it: the oldest held chunks are packed first (a changed region longer
+			// than maxHeld is sent as it is read, but the unchanged chunks after it, up to the
+			// next anchor, are still held).
+			k, free := 0, maxHeld-heldBytes
+			for free < len(data) {
+				free += len(held[k].data)
+				k++
+			}
+			if k > 0 {
+				if err := pack(k); err != nil {
+					return err
+				}
+			}
 			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
 			heldBytes += len(data)
 			u.read += int64(ch.Len)
@@ -298,8 +316,9 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 
 // maxHeld bounds the bytes of new chunks addFile holds back while a file's anchors are still to
 // be asked about (the first shard.FileAnchors are about 64 chunks, 4 MiB, on average; then one
-// per shard.AnchorStride, 4 MiB): when it is full, the held chunks are packed and holding starts
-// again, so the chunks between the end of a changed region and the next anchor are held.
+// per shard.AnchorStride, 4 MiB): it holds the newest maxHeld bytes, packing the oldest to make room, so the
+// chunks between the end of a changed region and the next anchor are held however long the
+// region was.
 const maxHeld = 16 << 20
 
 // heldChunk is a new chunk held back by addFile: its bytes (a copy) and index in the file.
