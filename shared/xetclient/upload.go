@@ -257,7 +257,7 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		if !ok {
 			ref, ok = u.lookupRemote(ch.Hash)
 		}
-		anchor := anchors.Next(ch.Hash, ch.Len) && !answered
+		anchor := anchors.Next(ch.Hash) && !answered
 		if !ok && !u.c.opts.DisableGlobalDedup && !u.queried[ch.Hash] &&
 			(anchor || sinceQuery >= dedupSpacing && (n == 0 || ch.Hash.Mod(shard.GlobalDedupModulus) == 0)) {
 			sinceQuery = 0
@@ -315,8 +315,9 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 }
 
 // maxHeld bounds the bytes of new chunks addFile holds back while a file's anchors are still to
-// be asked about (the first shard.FileAnchors are about 64 chunks, 4 MiB, on average; then one
-// per shard.AnchorStride, 4 MiB): it holds the newest maxHeld bytes, packing the oldest to make room, so the
+// be asked about (the first shard.FileAnchors are about 64 chunks, 4 MiB, on average; then a
+// stride anchor every shard.StrideModulus chunks, 4 MiB, on average, more than 16 MiB apart
+// about once in 55): it holds the newest maxHeld bytes, packing the oldest to make room, so the
 // chunks between the end of a changed region and the next anchor are held however long the
 // region was.
 const maxHeld = 16 << 20

@@ -90,18 +90,32 @@ func TestE2EReuploadOldVersion(t *testing.T) {
 // session, find the previous version past the changed bytes and send only the new chunks, not
 // the whole file (docs/protocol.md §8.6, [xetcdn]).
 func TestE2EChangedFirstTensor(t *testing.T) {
+	changedHead(t, "models/acme/embeddings", 12<<20)
+}
+
+// TestE2EResizedFirstTensor: as TestE2EChangedFirstTensor, but the new first 12 MiB are
+// 1,000,003 bytes longer (a resized embedding: new tokens), so every later chunk starts at
+// another file offset. Stride anchors chosen by file offset found none of the previous
+// version's there; chosen by content, they are the same chunks.
+func TestE2EResizedFirstTensor(t *testing.T) {
+	changedHead(t, "models/acme/resized", 12<<20+1_000_003)
+}
+
+// changedHead uploads a 40 MiB file, then a version whose first 12 MiB are replaced by
+// headLen new bytes, each in a fresh session, and bounds what the second upload sends by its
+// new chunks.
+func changedHead(t *testing.T, scope string, headLen int) {
 	o := startOrigin(t)
-	write := o.token(t, "models/acme/embeddings", "write")
+	write := o.token(t, scope, "write")
 	const mib = 1 << 20
 	v0 := randBytes(72, 40*mib)
-	v1 := bytes.Clone(v0)
-	copy(v1[:12*mib], randBytes(3000, 12*mib))
+	v1 := append(randBytes(3000, headLen), v0[12*mib:]...)
 	sentFresh(t, o.url, write, v0)
 	stored := map[hash.Hash]bool{}
 	novelBytes(t, stored, v0)
 	ideal := novelBytes(t, stored, v1)
 	sent := sentFresh(t, o.url, write, v1)
-	t.Logf("sent %d bytes for 12 MiB changed, %d in new chunks (%.3fx)", sent, ideal, float64(sent)/float64(ideal))
+	t.Logf("sent %d bytes for the first 12 MiB replaced by %d bytes, %d in new chunks (%.3fx)", sent, headLen, ideal, float64(sent)/float64(ideal))
 	if limit := ideal + ideal/400 + 8<<10; sent > limit {
 		t.Errorf("sent %d bytes, want at most %d (new chunks %d of a %d-byte file)", sent, limit, ideal, len(v1))
 	}

@@ -446,8 +446,8 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, star
 			seen[c] = true
 			out = append(out, c)
 		}
-		// The file's anchors (shard.AnchorPicker: its first ones and one per 4 MiB window up
-		// to 260 MiB), for a next version whose first chunks changed.
+		// The file's anchors (shard.AnchorPicker: its first ones and the stride anchors, about
+		// one per 4 MiB up to ~256 MiB), for a next version whose first chunks changed.
 		var pick shard.AnchorPicker
 	terms:
 		for _, t := range f.Terms {
@@ -456,7 +456,7 @@ func dedupChunks(sh *shard.Shard, layouts map[hash.Hash]*xorb.Layout) (out, star
 				break
 			}
 			for i := t.Start; i < t.End; i++ {
-				if c := l.ChunkHashes[i]; pick.Next(c, int(l.RawRange(i, i+1))) && !seen[c] {
+				if c := l.ChunkHashes[i]; pick.Next(c) && !seen[c] {
 					seen[c] = true
 					out = append(out, c)
 				}

@@ -29,31 +29,26 @@ func synthFile(r *rand.Rand, size int64) []anchorChunk {
 	return out
 }
 
-// TestAnchorPicker pins the rule: the first FileAnchors chunks with h % AnchorModulus == 0,
-// then, in each window 1..StrideAnchors of AnchorStride bytes, the first such chunk starting in
-// it; nothing after window StrideAnchors but the first anchors; Done once nothing more can be.
+// TestAnchorPicker pins the rule: the first FileAnchors chunks with h % AnchorModulus == 0 and
+// the first StrideAnchors chunks with h % StrideModulus == 0; Done once nothing more can be.
 func TestAnchorPicker(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	chunks := synthFile(r, 300<<20)
+	chunks := synthFile(r, 400<<20)
 	var p AnchorPicker
-	first := 0
-	windows := map[int64]bool{}
+	first, stride := 0, 0
 	doneAt := -1
-	var off int64
 	for i, c := range chunks {
-		isMod := c.h.Mod(AnchorModulus) == 0
-		w := off / AnchorStride
-		wantFirst := isMod && first < FileAnchors
-		wantStride := isMod && w >= 1 && w <= StrideAnchors && !windows[w]
-		got := p.Next(c.h, c.n)
+		wantFirst := c.h.Mod(AnchorModulus) == 0 && first < FileAnchors
+		wantStride := c.h.Mod(StrideModulus) == 0 && stride < StrideAnchors
+		got := p.Next(c.h)
 		if got != (wantFirst || wantStride) {
-			t.Fatalf("chunk %d at %d (window %d, mod %v): anchor %v, want first %v stride %v", i, off, w, isMod, got, wantFirst, wantStride)
+			t.Fatalf("chunk %d (mod %d): anchor %v, want first %v stride %v", i, c.h.Mod(StrideModulus), got, wantFirst, wantStride)
 		}
 		if wantFirst {
 			first++
 		}
 		if wantStride {
-			windows[w] = true
+			stride++
 		}
 		if p.Done() && doneAt < 0 {
 			doneAt = i
@@ -61,13 +56,12 @@ func TestAnchorPicker(t *testing.T) {
 		if doneAt >= 0 && i > doneAt && got {
 			t.Fatalf("chunk %d is an anchor after Done at chunk %d", i, doneAt)
 		}
-		off += int64(c.n)
 	}
-	if len(windows) != StrideAnchors {
-		t.Errorf("%d stride anchors in 300 MiB, want %d (every window has chunks of both kinds here)", len(windows), StrideAnchors)
+	if first != FileAnchors || stride != StrideAnchors {
+		t.Errorf("%d first and %d stride anchors in 400 MiB, want %d and %d", first, stride, FileAnchors, StrideAnchors)
 	}
 	if doneAt < 0 {
-		t.Error("never Done over 300 MiB")
+		t.Error("never Done over 400 MiB")
 	}
 	var q AnchorPicker
 	if q.Done() {
@@ -75,36 +69,41 @@ func TestAnchorPicker(t *testing.T) {
 	}
 }
 
-// TestAnchorPickerSameAfterChange: two versions of a file that differ only in their first
-// 12 MiB (same length) pick the same stride anchors wherever their chunks are the same, so a
-// client uploading one finds the other's entries past the change.
+// pickAnchors returns the anchors AnchorPicker names among chunks.
+func pickAnchors(chunks []anchorChunk) map[hash.Hash]bool {
+	var p AnchorPicker
+	out := map[hash.Hash]bool{}
+	for _, c := range chunks {
+		if p.Next(c.h) {
+			out[c.h] = true
+		}
+	}
+	return out
+}
+
+// TestAnchorPickerSameAfterChange: two versions of a file that differ only in their first bytes
+// — the same length (a retrained tensor) or not (a resized one) — pick the same stride anchors
+// in the unchanged part, so a client uploading one finds the other's entries past the change.
+// Only the last places of the 64 may differ, when the changed parts hold different numbers of
+// stride anchors.
 func TestAnchorPickerSameAfterChange(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	rest := synthFile(r, 40<<20)
-	// Version a's and b's first 12 MiB are different chunks of the same total length.
-	head := func(seed uint64) []anchorChunk { return synthFile(rand.New(rand.NewPCG(seed, 5)), 12<<20) }
-	pick := func(chunks []anchorChunk) map[hash.Hash]bool {
-		var p AnchorPicker
-		out := map[hash.Hash]bool{}
-		for _, c := range chunks {
-			if p.Next(c.h, c.n) {
-				out[c.h] = true
+	head := func(seed uint64, size int64) []anchorChunk { return synthFile(rand.New(rand.NewPCG(seed, 5)), size) }
+	base := pickAnchors(append(head(10, 12<<20), rest...))
+	for _, size := range []int64{12 << 20, 12<<20 + 1_000_003, 9<<20 + 77} {
+		v := pickAnchors(append(head(11, size), rest...))
+		shared := 0
+		for _, c := range rest {
+			if base[c.h] != v[c.h] {
+				t.Fatalf("head of %d bytes: chunk %x of the unchanged part is an anchor in one version only", size, c.h[:4])
+			}
+			if base[c.h] {
+				shared++
 			}
 		}
-		return out
-	}
-	a := pick(append(head(10), rest...))
-	b := pick(append(head(11), rest...))
-	shared := 0
-	for _, c := range rest {
-		if a[c.h] != b[c.h] {
-			t.Fatalf("chunk %x of the unchanged part is an anchor in one version only", c.h[:4])
+		if shared < 5 {
+			t.Errorf("head of %d bytes: %d anchors in the unchanged 40 MiB, want about one per 4 MiB", size, shared)
 		}
-		if a[c.h] {
-			shared++
-		}
-	}
-	if shared < 5 {
-		t.Errorf("%d anchors in the unchanged 40 MiB, want one per 4 MiB window", shared)
 	}
 }

@@ -11,38 +11,36 @@ import (
 const GlobalDedupModulus = 1024
 
 // File anchors: xetcdn's addition to the global-dedup index (docs/protocol.md §8.6, [xetcdn]).
-// The origin also indexes, per registered file, the chunks AnchorPicker names (hash
-// h % AnchorModulus == 0: one in 4 chunks, about every 256 KiB): the file's first FileAnchors
-// such chunks, and the first such chunk of each of its next StrideAnchors windows of
-// AnchorStride bytes. xetcdn's Go client asks about the same chunks of a file until a dedup
-// answer arrives for it. They find the previous version of a file whose first chunk changed,
-// which the stock rules (the first chunk, then one chunk in 1,024: every ~64 MiB) do not for
-// files of less than a few GiB; the stride anchors also when the change covers more than the
-// first anchors' ~4 MiB, as a fine-tune that replaces a file's first tensor does.
+// The origin also indexes, per registered file, the chunks AnchorPicker names: the file's first
+// FileAnchors chunks with hash h % AnchorModulus == 0 (one in 4 chunks, about every 256 KiB),
+// and its first StrideAnchors chunks with h % StrideModulus == 0 (one in 64 chunks, about every
+// 4 MiB; the stride anchors). xetcdn's Go client asks about the same chunks of a file until a
+// dedup answer arrives for it. They find the previous version of a file whose first chunk
+// changed, which the stock rules (the first chunk, then one chunk in 1,024: every ~64 MiB) do
+// not for files of less than a few GiB; the stride anchors also when the change covers more
+// than the first anchors' ~4 MiB, as a fine-tune that replaces a file's first tensor does, and
+// when it changes the length of what follows (a resized embedding, a longer safetensors
+// header): they are chosen by content, not by file offset.
 const (
 	AnchorModulus = 4
 	FileAnchors   = 16
-	AnchorStride  = 4 << 20
+	StrideModulus = 64
 	StrideAnchors = 64
 )
 
 // AnchorPicker tells, chunk by chunk in file order, which chunks of one file are its anchors:
-// the first FileAnchors chunks with h % AnchorModulus == 0, and the first such chunk starting in
-// each of windows 1..StrideAnchors of AnchorStride bytes (window = file offset / AnchorStride;
-// windows 1..64 are the file's bytes from 4 MiB to 260 MiB). A chunk's window depends on the
-// file offset where it starts, so a new version whose changed bytes keep their length (a
-// retrained tensor) picks the same stride anchors as the previous one wherever their chunks are
-// the same. The zero value starts a file.
+// the first FileAnchors chunks with h % AnchorModulus == 0, and the first StrideAnchors chunks
+// with h % StrideModulus == 0 (about the file's first 256 MiB). Both depend only on the chunks
+// themselves and their order, so a new version picks the same anchors as the previous one in
+// the chunks after a change, whether or not the change kept its length (only the count can
+// shift: stride anchors inside the changed bytes take or free places of the 64). The zero
+// value starts a file.
 type AnchorPicker struct {
-	first  int
-	window int64 // the window of the last stride anchor (0: none yet)
-	off    int64 // file offset of the next chunk
+	first, stride int
 }
 
-// Next reports whether the file's next chunk (hash h, n bytes) is an anchor.
-func (p *AnchorPicker) Next(h hash.Hash, n int) bool {
-	off := p.off
-	p.off += int64(n)
+// Next reports whether the file's next chunk (hash h) is an anchor.
+func (p *AnchorPicker) Next(h hash.Hash) bool {
 	if h.Mod(AnchorModulus) != 0 {
 		return false
 	}
@@ -51,8 +49,8 @@ func (p *AnchorPicker) Next(h hash.Hash, n int) bool {
 		p.first++
 		anchor = true
 	}
-	if w := off / AnchorStride; w > p.window && w <= StrideAnchors {
-		p.window = w
+	if p.stride < StrideAnchors && h.Mod(StrideModulus) == 0 {
+		p.stride++
 		anchor = true
 	}
 	return anchor
@@ -60,7 +58,7 @@ func (p *AnchorPicker) Next(h hash.Hash, n int) bool {
 
 // Done reports whether no later chunk of the file can be an anchor.
 func (p *AnchorPicker) Done() bool {
-	return p.first >= FileAnchors && (p.window == StrideAnchors || p.off >= (StrideAnchors+1)*AnchorStride)
+	return p.first >= FileAnchors && p.stride >= StrideAnchors
 }
 
 // DedupAnswer builds the shard answering a global-dedup query (GET /v1/chunks/...; §8.6): an
