@@ -39,6 +39,9 @@ EDGES ?= 1
 # make perf: MiB a new version of a weight file replaces in one aligned piece (tracegen
 # -change-span); 1 changes scattered 1 MiB blocks, the traces of before the option.
 CHANGE_SPAN_MB ?= 1
+# make perf: KiB of new first bytes (1..N, per version) every version of a weight file gets
+# (tracegen -head); 0 writes none, the traces of before the option.
+HEAD_KB ?= 0
 BENCH ?= .
 BENCHTIME ?= 200ms
 COUNT ?= 1
@@ -149,7 +152,7 @@ budgets:
 
 # A short end-to-end performance run (about 10 minutes on 2 cores): perf/run.sh, perf/README.md.
 perf:
-	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) EDGES=$(EDGES) CHANGE_SPAN_MB=$(CHANGE_SPAN_MB) perf/run.sh
+	@SCENARIO=$(SCENARIO) SCALE=$(SCALE) EDGES=$(EDGES) CHANGE_SPAN_MB=$(CHANGE_SPAN_MB) HEAD_KB=$(HEAD_KB) perf/run.sh
 
 # The index-at-scale measurements (issue 13): its own PostgreSQL, 10^4 and SCALE (10^7) files
 # side by side; about an hour on 2 cores and ~16 GB of disk at 10^7: perf/scale.sh, perf/README.md.

@@ -12,7 +12,8 @@
 #
 # Environment: SCENARIO (zipf), DURATION (120 s of trace), RATE (trace default), REPOS (100),
 # TRACE_SCALE (0.001: 1-10 GiB shards become 1-10 MiB), CHANGE_SPAN_MB (1: a new version of a
-# shard changes scattered 1 MiB blocks; N: aligned runs of N MiB, tracegen -change-span),
+# shard changes scattered 1 MiB blocks; N: aligned runs of N MiB, tracegen -change-span), HEAD_KB
+# (0; N: every version of a shard starts with 1..N KiB of its own, tracegen -head),
 # SEED (13), SCALE (0: no synthetic index), GATE (1; 0 skips the gate), EDGES (1; with N > 1
 # the trace has N regions e1..eN, one edge each), PORT_BASE (31700; 2 + 3 x EDGES ports from it,
 # which must be free), OUT (the results directory), TESTENV (a testenv.sh of services already
@@ -20,7 +21,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCENARIO=${SCENARIO:-zipf} DURATION=${DURATION:-120} RATE=${RATE:-} REPOS=${REPOS:-100}
-TRACE_SCALE=${TRACE_SCALE:-0.001} CHANGE_SPAN_MB=${CHANGE_SPAN_MB:-1} SEED=${SEED:-13} SCALE=${SCALE:-0} GATE=${GATE:-1} P=${PORT_BASE:-31700} EDGES=${EDGES:-1}
+TRACE_SCALE=${TRACE_SCALE:-0.001} CHANGE_SPAN_MB=${CHANGE_SPAN_MB:-1} HEAD_KB=${HEAD_KB:-0} SEED=${SEED:-13} SCALE=${SCALE:-0} GATE=${GATE:-1} P=${PORT_BASE:-31700} EDGES=${EDGES:-1}
 OUT=${OUT:-$ROOT/perf/results/$(date -u +%Y%m%dT%H%M%SZ)-$SCENARIO}
 log() { printf 'perf: %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -28,6 +29,7 @@ die() { log "error: $*"; exit 1; }
 case $SCENARIO in zipf | whole-repo | finetune | burst) ;; *) die "SCENARIO=$SCENARIO: want zipf, whole-repo, finetune or burst" ;; esac
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 1 && $DURATION -le 3600 ]] || die "DURATION=$DURATION: want whole seconds, 1..3600"
 [[ $CHANGE_SPAN_MB =~ ^[0-9]+$ && $CHANGE_SPAN_MB -ge 1 && $CHANGE_SPAN_MB -le 1024 ]] || die "CHANGE_SPAN_MB=$CHANGE_SPAN_MB: want whole MiB, 1..1024"
+[[ $HEAD_KB =~ ^[0-9]+$ && $HEAD_KB -le 65536 ]] || die "HEAD_KB=$HEAD_KB: want whole KiB, 0..65536"
 [[ $SCALE =~ ^[0-9]+$ ]] || die "SCALE=$SCALE: want a whole number of files (0: none)"
 [[ $GATE == 0 || $GATE == 1 ]] || die "GATE=$GATE: want 0 or 1"
 [[ -z $RATE || $RATE =~ ^[0-9]+([.][0-9]+)?$ ]] || die "RATE=$RATE: want a number"
@@ -78,7 +80,7 @@ B=$WORK/bin
 	echo "commit: $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 	echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "go: $(go version)"
-	echo "settings: SCENARIO=$SCENARIO DURATION=$DURATION RATE=${RATE:-default} REPOS=$REPOS TRACE_SCALE=$TRACE_SCALE CHANGE_SPAN_MB=$CHANGE_SPAN_MB SEED=$SEED SCALE=$SCALE GATE=$GATE EDGES=$EDGES"
+	echo "settings: SCENARIO=$SCENARIO DURATION=$DURATION RATE=${RATE:-default} REPOS=$REPOS TRACE_SCALE=$TRACE_SCALE CHANGE_SPAN_MB=$CHANGE_SPAN_MB HEAD_KB=$HEAD_KB SEED=$SEED SCALE=$SCALE GATE=$GATE EDGES=$EDGES"
 } >"$OUT/run.txt"
 
 up() { # up URL PID: wait (60 s at most) until URL answers
@@ -135,7 +137,7 @@ rate=()
 [ -n "$RATE" ] && rate=(-rate "$RATE")
 [ "$EDGES" -gt 1 ] && rate+=(-regions "$(IFS=,; echo "${regions[*]}")")
 "$B/tracegen" -scenario "$SCENARIO" -seed "$SEED" -duration "$DURATION" "${rate[@]}" -repos "$REPOS" \
-	-scale "$TRACE_SCALE" -change-span "$CHANGE_SPAN_MB" -o "$OUT/trace.jsonl" 2>&1 | tee -a "$OUT/run.txt" >&2
+	-scale "$TRACE_SCALE" -change-span "$CHANGE_SPAN_MB" -head "$HEAD_KB" -o "$OUT/trace.jsonl" 2>&1 | tee -a "$OUT/run.txt" >&2
 for pass in cold warm; do
 	log "replay ($pass edge), about $DURATION s after the preload"
 	rc=0

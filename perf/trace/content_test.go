@@ -235,3 +235,70 @@ func TestContentSpanReadAtVerifier(t *testing.T) {
 		}
 	}
 }
+
+// TestContentHead: a head puts new bytes of the version's own before the blocks; two versions
+// with different heads hold their unchanged blocks at different offsets, byte for byte; ReadAt,
+// the stream and the Verifier agree around the head's end; ChangedBlocks counts the head.
+func TestContentHead(t *testing.T) {
+	read := func(c Content) []byte {
+		t.Helper()
+		all := make([]byte, c.Size)
+		if n, err := c.ReadAt(all, 0); n != len(all) || (err != nil && err != io.EOF) {
+			t.Fatalf("%s: ReadAt = %d, %v", c, n, err)
+		}
+		return all
+	}
+	const body = 3*BlockSize + 777
+	v0 := Content{Repo: "models/a/b", File: "model.safetensors", Size: body + 5000, Head: 5000}
+	v1 := Content{Repo: "models/a/b", File: "model.safetensors", Version: 1, Size: body + 1_234_567, Head: 1_234_567}
+	b0, b1 := read(v0), read(v1)
+	if !bytes.Equal(b0[v0.Head:], b1[v1.Head:]) {
+		t.Fatal("versions without changed blocks differ after their heads")
+	}
+	if bytes.Equal(b0[:4096], b1[:4096]) {
+		t.Fatal("two versions have the same head bytes")
+	}
+	plain := Content{Repo: "models/a/b", File: "model.safetensors", Size: body}
+	if !bytes.Equal(read(plain), b0[v0.Head:]) {
+		t.Fatal("the blocks after a head are not the blocks of the content without one")
+	}
+	if blocks, n := v1.ChangedBlocks(); blocks != 2 || n != v1.Head {
+		t.Errorf("ChangedBlocks of a version with a 1,234,567-byte head and no changed block: %d blocks, %d bytes", blocks, n)
+	}
+	if streamed, err := io.ReadAll(v1.Reader()); err != nil || !bytes.Equal(streamed, b1) {
+		t.Fatalf("Reader differs from ReadAt (%v)", err)
+	}
+	for _, off := range []int64{0, BlockSize - 1, v1.Head - 3, v1.Head, v1.Head + BlockSize - 1, v1.Size - 5} {
+		for _, size := range []int{1, 10, BlockSize + 3} {
+			p := make([]byte, size)
+			n, err := v1.ReadAt(p, off)
+			want := min(int64(size), v1.Size-off)
+			if int64(n) != want || (want < int64(size) && err != io.EOF) || !bytes.Equal(p[:n], b1[off:off+want]) {
+				t.Fatalf("ReadAt(%d bytes at %d) = %d, %v", size, off, n, err)
+			}
+		}
+	}
+	for _, from := range []int64{0, v1.Head - 1, v1.Head + 2} {
+		v := NewVerifier(v1, from)
+		for p := b1[from:]; len(p) > 0; p = p[min(len(p), 999_983):] {
+			v.Write(p[:min(len(p), 999_983)])
+		}
+		if v.Mismatch != -1 || v.Offset() != v1.Size {
+			t.Fatalf("verifier from %d: mismatch %d offset %d", from, v.Mismatch, v.Offset())
+		}
+	}
+	for _, at := range []int64{3, BlockSize + 1, v1.Head - 1, v1.Head, v1.Size - 1} {
+		bad := bytes.Clone(b1)
+		bad[at] ^= 0x80
+		v := NewVerifier(v1, 0)
+		v.Write(bad)
+		if v.Mismatch != at {
+			t.Errorf("verifier found mismatch at %d, want %d", v.Mismatch, at)
+		}
+	}
+	// A head as long as the file leaves no blocks.
+	all := Content{Repo: "models/a/b", File: "x", Size: 100, Head: 100}
+	if blocks, n := all.ChangedBlocks(); blocks != 1 || n != 100 || len(read(all)) != 100 {
+		t.Errorf("head = size: %d blocks, %d bytes", blocks, n)
+	}
+}

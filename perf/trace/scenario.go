@@ -1,8 +1,10 @@
 package trace
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -51,6 +53,11 @@ type Spec struct {
 	// a new version replaces aligned runs of this many MiB (finetune). 1, the default, decides
 	// every 1 MiB block on its own and writes no change_span: the traces of before the option.
 	ChangeSpanMiB int
+	// HeadKiB, when positive, gives every version of a weight file a head (Content.Head) of
+	// 1..HeadKiB KiB, its length drawn per file and version from the file's identity (finetune):
+	// consecutive versions then hold their unchanged blocks at offsets that differ, as after a
+	// resized first tensor. 0, the default, writes no head: the traces of before the option.
+	HeadKiB int
 }
 
 // DefaultSpec returns the defaults of perf/cmd/tracegen for scenario.
@@ -100,6 +107,8 @@ func (s Spec) Check() error {
 		return bad("version-every", "%v seconds, want (0, duration]", s.VersionEvery)
 	case s.ChangeSpanMiB < 1 || s.ChangeSpanMiB > MaxChangeSpan/BlockSize:
 		return bad("change-span", "%d MiB, want 1..%d", s.ChangeSpanMiB, MaxChangeSpan/BlockSize)
+	case s.HeadKiB < 0 || s.HeadKiB > MaxHead>>10:
+		return bad("head", "%d KiB, want 0..%d", s.HeadKiB, MaxHead>>10)
 	}
 	for _, r := range s.Regions {
 		if err := checkRegion(r); err != nil {
@@ -196,6 +205,10 @@ func (g *generator) rec(t float64, op Op, r *repo, f *repoFile, client, region s
 			}
 			if op == Upload {
 				rec.Version = r.version
+			}
+			if g.s.HeadKiB > 0 {
+				rec.Head = headOf(g.s.Seed, r.name, f.name, rec.Version, g.s.HeadKiB)
+				rec.Size += rec.Head
 			}
 		}
 	}
@@ -333,4 +346,19 @@ func Generate(s Spec) ([]Record, error) {
 		g.out[i].T = math.Round(g.out[i].T*1e6) / 1e6
 	}
 	return g.out, nil
+}
+
+// headOf is the head length of version v of a weight file: 1..kib KiB, a pure function of the
+// trace's seed and the file version (every line naming it agrees) that draws nothing from the
+// generator's random stream (the rest of the trace is the same with or without heads).
+func headOf(seed uint64, repo, file string, v, kib int) int64 {
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(v))
+	h.Write(b[:])
+	h.Write([]byte(repo))
+	h.Write([]byte{0})
+	h.Write([]byte(file))
+	return 1 + int64(h.Sum64()%(uint64(kib)<<10))
 }

@@ -158,6 +158,8 @@ func TestSpecCheck(t *testing.T) {
 		{func(s *Spec) { s.Rate = -1 }, "-rate"},
 		{func(s *Spec) { s.Rate, s.Duration = 1e6, 1e3 }, "-rate"},
 		{func(s *Spec) { s.Repos = 0 }, "-repos"},
+		{func(s *Spec) { s.HeadKiB = -1 }, "-head"},
+		{func(s *Spec) { s.HeadKiB = 65537 }, "-head"},
 		{func(s *Spec) { s.Zipf = 1 }, "-zipf"},
 		{func(s *Spec) { s.Clients = 0 }, "-clients"},
 		{func(s *Spec) { s.Scale = 2 }, "-scale"},
@@ -261,4 +263,58 @@ func FuzzConvertLog(f *testing.F) {
 			t.Fatalf("%d records read, %d written", len(recs), st.Records)
 		}
 	})
+}
+
+// TestScenarioHead: -head gives every line of a weight file a head of 1..N KiB, the same on
+// every line naming one version and (almost always) different between versions, adds it to the
+// size, and changes nothing else in the trace; the default writes none.
+func TestScenarioHead(t *testing.T) {
+	s := DefaultSpec(ScenarioFinetune)
+	s.Duration, s.Repos, s.Scale = 120, 20, 0.001
+	plain, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(write(t, plain), []byte(`"head"`)) {
+		t.Fatal("the default wrote a head")
+	}
+	s.HeadKiB = 64
+	heads, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadAll(bytes.NewReader(write(t, heads))) // also checks one head per version
+	if err != nil || len(back) != len(plain) {
+		t.Fatalf("%d records read back, want %d (%v)", len(back), len(plain), err)
+	}
+	byVersion := map[FileKey]int64{}
+	for i, r := range back {
+		shard := strings.HasSuffix(r.File, ".safetensors")
+		if shard != (r.Head > 0) || r.Head > 64<<10 {
+			t.Fatalf("line %d: %s has head %d", i+1, r.File, r.Head)
+		}
+		if r.Head > 0 {
+			byVersion[FileKey{r.Repo, r.File, r.Version}] = r.Head
+		}
+		r.Size -= r.Head
+		r.Head = 0
+		if !reflect.DeepEqual(r, plain[i]) {
+			t.Fatalf("line %d: %+v, without a head %+v", i+1, r, plain[i])
+		}
+	}
+	same, pairs := 0, 0
+	for k, h := range byVersion {
+		if k.Version == 0 {
+			continue
+		}
+		if prev, ok := byVersion[FileKey{k.Repo, k.File, k.Version - 1}]; ok {
+			pairs++
+			if prev == h {
+				same++
+			}
+		}
+	}
+	if pairs == 0 || same > pairs/10 {
+		t.Errorf("%d of %d consecutive versions have the same head length", same, pairs)
+	}
 }

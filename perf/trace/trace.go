@@ -4,7 +4,7 @@
 // access log; the replayer (perf/cmd/replay) issues the requests on the trace's schedule.
 //
 // A file's bytes are not in the trace: they are a pure function of the file's identity (repo,
-// file, version, size, change, change span; see Content), so the replayer generates what it
+// file, version, size, change, change span, head; see Content), so the replayer generates what it
 // uploads and checks what it downloads byte for byte without storing either.
 package trace
 
@@ -72,6 +72,10 @@ type Record struct {
 	// (Content.ChangeSpan): a positive multiple of 1 MiB, at most 1 GiB; 0 (absent) means
 	// 1 MiB. Part of the file's identity like Change.
 	ChangeSpan int64 `json:"change_span,omitempty"`
+	// Head is the length in bytes of the version's own first bytes (Content.Head: new in every
+	// version, the blocks after them), at most the size and MaxHead; 0 (absent): none. Every
+	// line naming one file version gives the same value; versions may differ.
+	Head int64 `json:"head,omitempty"`
 	// Ranges are the inclusive byte ranges of download_ranges, each inside the file.
 	Ranges [][2]int64 `json:"ranges,omitempty"`
 	// Access is "read" (default) or "write", for token only.
@@ -122,6 +126,7 @@ type raw struct {
 	Size    *int64    `json:"size"`
 	Change  *float64  `json:"change"`
 	Span    *int64    `json:"change_span"`
+	Head    *int64    `json:"head"`
 	Ranges  [][]int64 `json:"ranges"`
 	Access  *string   `json:"access"`
 	Region  *string   `json:"region"`
@@ -194,7 +199,7 @@ func ParseLine(n int, line []byte) (Record, error) {
 			name string
 			set  bool
 		}{{"file", r.File != nil}, {"version", r.Version != nil}, {"size", r.Size != nil},
-			{"change", r.Change != nil}, {"change_span", r.Span != nil}, {"ranges", r.Ranges != nil}} {
+			{"change", r.Change != nil}, {"change_span", r.Span != nil}, {"head", r.Head != nil}, {"ranges", r.Ranges != nil}} {
 			if f.set {
 				return bad(f.name, "not allowed on a token line")
 			}
@@ -241,6 +246,14 @@ func ParseLine(n int, line []byte) (Record, error) {
 		}
 		if rec.ChangeSpan%BlockSize != 0 {
 			return bad("change_span", "%d bytes is not a multiple of %d (1 MiB)", rec.ChangeSpan, BlockSize)
+		}
+	}
+	if r.Head != nil {
+		if rec.Head = *r.Head; rec.Head < 0 || rec.Head > MaxHead {
+			return bad("head", "%d is outside 0..%d bytes (64 MiB)", rec.Head, int64(MaxHead))
+		}
+		if rec.Head > rec.Size {
+			return bad("head", "%d bytes is more than the file's %d", rec.Head, rec.Size)
 		}
 	}
 	if rec.Op != DownloadRanges {
@@ -364,7 +377,7 @@ type FileKey struct {
 func (k FileKey) String() string { return fmt.Sprintf("%s/%s@%d", k.Repo, k.File, k.Version) }
 
 // Reader reads a trace line by line and checks it as a whole: offsets never decrease, and all
-// lines naming one file version agree on its size, change and change span.
+// lines naming one file version agree on its size, change, change span and head.
 type Reader struct {
 	sc    *bufio.Scanner
 	n     int
@@ -376,6 +389,7 @@ type fileSeen struct {
 	size   int64
 	change float64
 	span   int64 // blocks per span: an absent change_span and 1 MiB are the same
+	head   int64
 	line   int
 }
 
@@ -407,13 +421,15 @@ func (r *Reader) Next() (Record, error) {
 			k := FileKey{rec.Repo, rec.File, rec.Version}
 			span := spanBlocks(rec.ChangeSpan)
 			if s, ok := r.files[k]; !ok {
-				r.files[k] = fileSeen{rec.Size, rec.Change, span, r.n}
+				r.files[k] = fileSeen{rec.Size, rec.Change, span, rec.Head, r.n}
 			} else if s.size != rec.Size {
 				return Record{}, &LineError{Line: r.n, Field: "size", Msg: fmt.Sprintf("%d, but line %d gave %s %d bytes", rec.Size, s.line, k, s.size)}
 			} else if s.change != rec.Change {
 				return Record{}, &LineError{Line: r.n, Field: "change", Msg: fmt.Sprintf("%v, but line %d gave %s change %v", rec.Change, s.line, k, s.change)}
 			} else if s.span != span {
 				return Record{}, &LineError{Line: r.n, Field: "change_span", Msg: fmt.Sprintf("%d MiB, but line %d gave %s change_span %d MiB", span, s.line, k, s.span)}
+			} else if s.head != rec.Head {
+				return Record{}, &LineError{Line: r.n, Field: "head", Msg: fmt.Sprintf("%d, but line %d gave %s head %d", rec.Head, s.line, k, s.head)}
 			}
 		}
 		return rec, nil

@@ -27,6 +27,10 @@ func TestParseLineGood(t *testing.T) {
 		{`{"t":4,"op":"download","repo":"models/a/b","file":"f","size":10,"change_span":1073741824,"client":"c"}`,
 			Record{T: 4, Op: Download, Repo: "models/a/b", File: "f", Size: 10, ChangeSpan: 1 << 30, Client: "c"}},
 		{`{"t":3,"op":"token","repo":"spaces/a/b","access":"write","client":"c"}`, Record{T: 3, Op: Token, Repo: "spaces/a/b", Access: "write", Client: "c"}},
+		{`{"t":5,"op":"upload","repo":"models/a/b","file":"f","version":2,"size":5000,"change":0.1,"head":4096,"client":"c"}`,
+			Record{T: 5, Op: Upload, Repo: "models/a/b", File: "f", Version: 2, Size: 5000, Change: 0.1, Head: 4096, Client: "c"}},
+		{`{"t":5,"op":"download","repo":"models/a/b","file":"f","size":4096,"head":4096,"client":"c"}`,
+			Record{T: 5, Op: Download, Repo: "models/a/b", File: "f", Size: 4096, Head: 4096, Client: "c"}},
 	} {
 		got, err := ParseLine(1, []byte(tc.line))
 		if err != nil {
@@ -82,6 +86,11 @@ func TestParseLineBad(t *testing.T) {
 		{`{"t":0,"op":"download_ranges",` + ok + `,"ranges":[[0]]}`, "ranges", "range 0 has 1 numbers"},
 		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","file":"f"}`, "file", "not allowed on a token"},
 		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","change_span":1048576}`, "change_span", "not allowed on a token"},
+		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","head":10}`, "head", "not allowed on a token"},
+		{`{"t":0,"op":"download",` + ok + `,"head":-1}`, "head", "outside 0..67108864"},
+		{`{"t":0,"op":"download","repo":"models/a/b","file":"f","size":1099511627776,"head":67108865,"client":"c"}`, "head", "outside 0..67108864"},
+		{`{"t":0,"op":"download","repo":"models/a/b","file":"f","size":10,"head":11,"client":"c"}`, "head", "11 bytes is more than the file's 10"},
+		{`{"t":0,"op":"download",` + ok + `,"head":1.5}`, "head", "whole number"},
 		{`{"t":0,"op":"token","repo":"models/a/b","client":"c","access":"admin"}`, "access", "not read or write"},
 	} {
 		_, err := ParseLine(7, []byte(tc.line))
@@ -107,6 +116,8 @@ func TestReaderChecksTheTrace(t *testing.T) {
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"change_span":2097152,"client":"c"}`, `trace line 2: field "change_span": 2 MiB, but line 1 gave models/a/b/f@0 change_span 1 MiB`},
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"change_span":1048576,"client":"c"}`, ""}, // 1 MiB is the default
 		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","version":1,"size":100,"change_span":2097152,"client":"c"}`, ""},
+		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","size":100,"head":7,"client":"c"}`, `trace line 2: field "head": 7, but line 1 gave models/a/b/f@0 head 0`},
+		{a + "\n" + `{"t":2,"op":"download","repo":"models/a/b","file":"f","version":1,"size":107,"head":7,"client":"c"}`, ""},
 		{a + "\n" + strings.Repeat("x", MaxLineSize+1), "trace line 2: longer than"},
 	} {
 		recs, err := ReadAll(strings.NewReader(tc.trace))
@@ -239,6 +250,7 @@ func FuzzParseLine(f *testing.F) {
 		`{"t":3,"op":"token","repo":"spaces/a/b","access":"write","client":"c"}`,
 		`{"t":1.5,"op":"upload","repo":"datasets/a/b","file":"d/x","version":3,"size":10,"change":0.05,"region":"eu","client":"c"}`,
 		`{"t":1.5,"op":"upload","repo":"models/a/b","file":"w","version":1,"size":10,"change":0.05,"change_span":33554432,"client":"c"}`,
+		`{"t":1.5,"op":"upload","repo":"models/a/b","file":"w","version":1,"size":10,"change":0.05,"head":9,"client":"c"}`,
 		`{}`, `[]`, `null`, `{"t":1e400}`,
 	} {
 		f.Add([]byte(s))

@@ -131,6 +131,35 @@ func TestNewChunkBytesSpan(t *testing.T) {
 	}
 }
 
+// TestNewChunkBytesHead: versions whose heads differ in length hold their unchanged blocks at
+// other offsets; content-defined chunks find them again after the head, so the bound is the
+// head, the changed spans and at most the chunks straddling their edges, not the whole file.
+func TestNewChunkBytesHead(t *testing.T) {
+	const span = 4 << 20
+	h := trace.Record{Op: trace.Upload, Repo: "models/a/b", File: "w.safetensors", Change: 0.5, ChangeSpan: span, Client: "p"}
+	v := func(ver int, head int64) trace.Record {
+		r := h
+		r.Version, r.T, r.Head, r.Size = ver, float64(ver), head, 3*span+12345+head
+		return r
+	}
+	recs := []trace.Record{v(0, 100), v(1, 70_001), v(2, 3), v(3, 1_000_003)}
+	r, err := newReplayer(&config{preload: true, edges: map[string]string{}}, recs, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := newChunkBytes(context.Background(), recs, r.files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(recs); i++ {
+		_, changed := trace.ContentOf(recs[i]).ChangedBlocks()
+		// The head and up to two runs of changed spans: at most five edges' chunks (< 128 KiB).
+		if got[i] < changed || got[i] > changed+5*128<<10 {
+			t.Errorf("version %d (head %d): %d new-chunk bytes for %d changed of %d", i, recs[i].Head, got[i], changed, recs[i].Size)
+		}
+	}
+}
+
 // TestPrintNewChunks: the summary names the bound and both ratios.
 func TestPrintNewChunks(t *testing.T) {
 	res := &results{Ops: map[trace.Op]*OpResult{trace.Upload: {Requests: 2, Bytes: 1000, TransferBytes: 220, ChangedBytes: 200, NewChunkBytes: 210}}}

@@ -237,4 +237,15 @@ func TestPreloadsPreviousVersion(t *testing.T) {
 	if _, err := newReplayer(c, []trace.Record{up}, io.Discard); err == nil || !strings.Contains(err.Error(), "m.safetensors@1") {
 		t.Fatalf("with -no-preload: %v", err)
 	}
+	// With a head of h bytes, the preloaded version has one of (h+1)/2 bytes and the same blocks.
+	c.preload = true
+	up.Head, up.Size = 1001, 3<<20+1001
+	r, err = newReplayer(c, []trace.Record{up}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev = r.files[trace.FileKey{Repo: up.Repo, File: up.File, Version: 1}]
+	if prev.content.Head != 501 || prev.content.Size != 3<<20+501 {
+		t.Fatalf("version 1 of an upload with a 1,001-byte head: head %d, size %d; want 501, %d", prev.content.Head, prev.content.Size, 3<<20+501)
+	}
 }

@@ -74,6 +74,8 @@ func newReplayer(c *config, recs []trace.Record, log io.Writer) (*replayer, erro
 	// An upload of version v dedups against version v-1 (what the fine-tune row measures):
 	// when the trace never has v-1, it is preloaded like a file downloaded before its upload.
 	// Without it the upload would send the whole file, measured against its changed blocks.
+	// The trace does not say v-1's head (trace.Content.Head): when v has one of h bytes, v-1
+	// gets (h+1)/2, so that its blocks sit at other offsets, as the generator's versions do.
 	for _, rec := range recs {
 		if rec.Op != trace.Upload || rec.Version == 0 {
 			continue
@@ -82,6 +84,11 @@ func newReplayer(c *config, recs []trace.Record, log io.Writer) (*replayer, erro
 		if _, ok := r.files[k]; !ok {
 			c := trace.ContentOf(rec)
 			c.Version--
+			if c.Head > 0 {
+				prev := (c.Head + 1) / 2
+				c.Size -= c.Head - prev
+				c.Head = prev
+			}
 			r.files[k] = &fileState{content: c, ready: make(chan struct{}), preload: true}
 		}
 	}

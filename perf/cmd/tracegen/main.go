@@ -38,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		window   = fs.Float64("burst-window", d.BurstWindow, "burst: seconds over which the clients arrive")
 		every    = fs.Float64("version-every", d.VersionEvery, "finetune: mean seconds between two versions of a repository")
 		span     = fs.Int("change-span", d.ChangeSpanMiB, "finetune: MiB (1..1024) a new version replaces in one piece, in aligned runs, as a fine-tune rewrites whole tensors; 1: every 1 MiB block on its own")
+		head     = fs.Int("head", d.HeadKiB, "finetune: give every version of a weight file new first bytes of 1..N KiB (0..65536), so versions hold their unchanged blocks at different offsets, as after a resized first tensor; 0: none")
 		out      = fs.String("o", "-", "output file; - is stdout")
 		fromLog  = fs.String("from-log", "", "convert this access log (TIMESTAMP PATH STATUS BYTES [CLIENT [REGION]] per line) instead of generating")
 		check    = fs.String("check", "", "check this trace and print its summary; writes nothing")
@@ -66,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *scenario == "" {
-		for _, f := range []string{"seed", "duration", "rate", "repos", "zipf", "clients", "regions", "scale", "burst-window", "version-every", "change-span"} {
+		for _, f := range []string{"seed", "duration", "rate", "repos", "zipf", "clients", "regions", "scale", "burst-window", "version-every", "change-span", "head"} {
 			if set[f] {
 				fmt.Fprintf(stderr, "tracegen: -%s only applies to -scenario\n", f)
 				return 2
@@ -127,8 +128,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return done(true)
 	}
 	s := d
-	s.Scenario, s.Seed, s.Duration, s.Repos, s.Zipf, s.Scale, s.BurstWindow, s.VersionEvery, s.ChangeSpanMiB =
-		*scenario, *seed, *duration, *repos, *zipf, *scale, *window, *every, *span
+	s.Scenario, s.Seed, s.Duration, s.Repos, s.Zipf, s.Scale, s.BurstWindow, s.VersionEvery, s.ChangeSpanMiB, s.HeadKiB =
+		*scenario, *seed, *duration, *repos, *zipf, *scale, *window, *every, *span, *head
 	def := trace.DefaultSpec(*scenario)
 	s.Rate, s.Clients = def.Rate, def.Clients
 	if set["rate"] {
