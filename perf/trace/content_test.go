@@ -216,7 +216,14 @@ func TestContentSpanReadAtVerifier(t *testing.T) {
 			}
 		}
 	}
-	for _, from := range []int64{0, span - 3, 2*span + 1} {
+	checkVerifier(t, c, all, []int64{0, span - 3, 2*span + 1}, []int64{span - 1, span, 2*span + 5, c.Size - 1})
+}
+
+// checkVerifier: a Verifier of c from each of froms accepts all (c's bytes) written in pieces
+// of 999,983 bytes, and one from 0 reports a byte flipped at each of flips at its offset.
+func checkVerifier(t *testing.T, c Content, all []byte, froms, flips []int64) {
+	t.Helper()
+	for _, from := range froms {
 		v := NewVerifier(c, from)
 		for p := all[from:]; len(p) > 0; p = p[min(len(p), 999_983):] {
 			v.Write(p[:min(len(p), 999_983)])
@@ -225,7 +232,7 @@ func TestContentSpanReadAtVerifier(t *testing.T) {
 			t.Fatalf("verifier from %d: mismatch %d offset %d", from, v.Mismatch, v.Offset())
 		}
 	}
-	for _, at := range []int64{span - 1, span, 2*span + 5, c.Size - 1} {
+	for _, at := range flips {
 		bad := bytes.Clone(all)
 		bad[at] ^= 0x80
 		v := NewVerifier(c, 0)
@@ -278,24 +285,7 @@ func TestContentHead(t *testing.T) {
 			}
 		}
 	}
-	for _, from := range []int64{0, v1.Head - 1, v1.Head + 2} {
-		v := NewVerifier(v1, from)
-		for p := b1[from:]; len(p) > 0; p = p[min(len(p), 999_983):] {
-			v.Write(p[:min(len(p), 999_983)])
-		}
-		if v.Mismatch != -1 || v.Offset() != v1.Size {
-			t.Fatalf("verifier from %d: mismatch %d offset %d", from, v.Mismatch, v.Offset())
-		}
-	}
-	for _, at := range []int64{3, BlockSize + 1, v1.Head - 1, v1.Head, v1.Size - 1} {
-		bad := bytes.Clone(b1)
-		bad[at] ^= 0x80
-		v := NewVerifier(v1, 0)
-		v.Write(bad)
-		if v.Mismatch != at {
-			t.Errorf("verifier found mismatch at %d, want %d", v.Mismatch, at)
-		}
-	}
+	checkVerifier(t, v1, b1, []int64{0, v1.Head - 1, v1.Head + 2}, []int64{3, BlockSize + 1, v1.Head - 1, v1.Head, v1.Size - 1})
 	// A head as long as the file leaves no blocks.
 	all := Content{Repo: "models/a/b", File: "x", Size: 100, Head: 100}
 	if blocks, n := all.ChangedBlocks(); blocks != 1 || n != 100 || len(read(all)) != 100 {

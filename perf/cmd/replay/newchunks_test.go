@@ -99,13 +99,9 @@ func TestNewChunkBytes(t *testing.T) {
 	}
 }
 
-// TestNewChunkBytesSpan: with a change span, the changed bytes come in whole spans and the
-// bound is those spans plus at most the two chunks straddling each run's edges.
-func TestNewChunkBytesSpan(t *testing.T) {
-	const span = 4 << 20
-	h := trace.Record{Op: trace.Upload, Repo: "models/a/b", File: "w.safetensors", Size: 3*span + 12345, Change: 0.5, ChangeSpan: span, Client: "p"}
-	v := func(r trace.Record, ver int, t float64) trace.Record { r.Version, r.T = ver, t; return r }
-	recs := []trace.Record{v(h, 0, 0), v(h, 1, 1), v(h, 2, 2), v(h, 3, 3)}
+// newChunksOf returns the new-chunk bound of every upload of recs, replayed with preloads.
+func newChunksOf(t *testing.T, recs []trace.Record) map[int]int64 {
+	t.Helper()
 	r, err := newReplayer(&config{preload: true, edges: map[string]string{}}, recs, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +110,17 @@ func TestNewChunkBytesSpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return got
+}
+
+// TestNewChunkBytesSpan: with a change span, the changed bytes come in whole spans and the
+// bound is those spans plus at most the two chunks straddling each run's edges.
+func TestNewChunkBytesSpan(t *testing.T) {
+	const span = 4 << 20
+	h := trace.Record{Op: trace.Upload, Repo: "models/a/b", File: "w.safetensors", Size: 3*span + 12345, Change: 0.5, ChangeSpan: span, Client: "p"}
+	v := func(r trace.Record, ver int, t float64) trace.Record { r.Version, r.T = ver, t; return r }
+	recs := []trace.Record{v(h, 0, 0), v(h, 1, 1), v(h, 2, 2), v(h, 3, 3)}
+	got := newChunksOf(t, recs)
 	var some bool
 	for i := 1; i < len(recs); i++ {
 		_, changed := trace.ContentOf(recs[i]).ChangedBlocks()
@@ -143,14 +150,7 @@ func TestNewChunkBytesHead(t *testing.T) {
 		return r
 	}
 	recs := []trace.Record{v(0, 100), v(1, 70_001), v(2, 3), v(3, 1_000_003)}
-	r, err := newReplayer(&config{preload: true, edges: map[string]string{}}, recs, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := newChunkBytes(context.Background(), recs, r.files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := newChunksOf(t, recs)
 	for i := 1; i < len(recs); i++ {
 		_, changed := trace.ContentOf(recs[i]).ChangedBlocks()
 		// The head and up to two runs of changed spans: at most five edges' chunks (< 128 KiB).
