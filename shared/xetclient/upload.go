@@ -236,9 +236,8 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 			fs.add(ref, uint32(c.ch.Len), c.n)
 			heldBytes -= len(c.data)
 		}
-		m := copy(held, held[k:])
-		clear(held[m:]) // no packed chunk's bytes stay reachable
-		held = held[:m]
+		clear(held[:k]) // no packed chunk's bytes stay reachable through the array
+		held = held[k:] // no copy of the rest per chunk; append reallocates as it runs out
 		return nil
 	}
 	release := func() error { return pack(len(held)) }
@@ -279,10 +278,8 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 				free += len(held[k].data)
 				k++
 			}
-			if k > 0 {
-				if err := pack(k); err != nil {
-					return err
-				}
+			if err := pack(k); err != nil {
+				return err
 			}
 			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
 			heldBytes += len(data)
