@@ -701,6 +701,19 @@ func BenchmarkUpload(b *testing.B) {
 	}
 }
 
+// BenchmarkUploadNew uploads data the server does not have, with global dedup on (the
+// default): every chunk of the file is held while its anchors are asked about, then packed.
+// Each upload goes to a new fake server.
+func BenchmarkUploadNew(b *testing.B) {
+	data := randBytes(22, 48<<20)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		srv := startFake(b, newFakeCAS(b))
+		upload(b, newClient(b, srv.URL, nil), data)
+		srv.Close()
+	}
+}
+
 func BenchmarkDownload(b *testing.B) {
 	f := newFakeCAS(b)
 	srv := startFake(b, f)

@@ -1,7 +1,6 @@
 package xetclient
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -142,6 +141,7 @@ type upload struct {
 	files    []*fileState
 	read     int64
 	progress func(done int64)
+	ring     []byte // the bytes of addFile's held chunks (ringSize)
 
 	// local maps the chunks added to this session's xorbs to where they are.
 	local map[hash.Hash]chunkRef
@@ -214,9 +214,10 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 	// [xetcdn]).
 	var anchors shard.AnchorPicker
 	answered := false
-	// New chunks met while anchors are still to be asked about are held back (copied, the
-	// newest maxHeld bytes) rather than packed: when a later anchor's answer covers them (the
-	// chunks between a changed first block and the next anchor), they are referenced, not sent.
+	// New chunks met while anchors are still to be asked about are held back (copied into
+	// u.ring, the newest maxHeld bytes) rather than packed: when a later anchor's answer covers
+	// them (the chunks between a changed first block and the next anchor), they are referenced,
+	// not sent.
 	var held []heldChunk
 	heldBytes := 0
 	// pack adds the oldest k held chunks to the file (referenced when an answer covers them by
@@ -281,7 +282,19 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 			if err := pack(k); err != nil {
 				return err
 			}
-			held = append(held, heldChunk{ch: ch, data: bytes.Clone(data), n: n})
+			if u.ring == nil {
+				u.ring = make([]byte, ringSize)
+			}
+			off, fits := nextHeldOff(held, len(data), len(u.ring))
+			for !fits { // never with ringSize (see there); packing the oldest is always safe
+				if err := pack(1); err != nil {
+					return err
+				}
+				off, fits = nextHeldOff(held, len(data), len(u.ring))
+			}
+			buf := u.ring[off : off+len(data) : off+len(data)]
+			copy(buf, data)
+			held = append(held, heldChunk{ch: ch, data: buf, off: off, n: n})
 			heldBytes += len(data)
 			u.read += int64(ch.Len)
 			u.progress(u.read)
@@ -319,11 +332,46 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 // region was.
 const maxHeld = 16 << 20
 
-// heldChunk is a new chunk held back by addFile: its bytes (a copy) and index in the file.
+// heldChunk is a new chunk held back by addFile: its bytes (a copy, u.ring[off:off+len(data)])
+// and index in the file.
 type heldChunk struct {
 	ch   chunk.Chunk
 	data []byte
+	off  int
 	n    int
+}
+
+// ringSize is the length of the buffer (upload.ring, one per UploadFiles call, allocated at the
+// first held chunk) that holds the bytes of held chunks, so that holding a chunk copies it
+// without allocating: a new upload holds every chunk of a file's first ~256 MiB (until its
+// anchors are asked about), which as one allocation per chunk was a heap churn of that size.
+//
+// The held chunks sit in the ring oldest first, each after the previous one or, when it does
+// not fit before the end, at the start (nextHeldOff). With maxHeld plus one of the largest
+// chunks (M = chunk.MaxSize) the ring never runs out of room while the held bytes and the new
+// chunk (n bytes) stay within maxHeld, as addFile keeps them. Unwrapped (held from head to
+// tail): a chunk that does not fit after tail has tail > ringSize - n, and head ≥ tail -
+// (maxHeld - n) > M ≥ n, so it fits at the start. Wrapped (head..w, then 0..tail, where w, the
+// end of the chunk before the wrap, is > ringSize - M): head ≥ w - (maxHeld - n - tail) > tail
+// + n, so it fits after tail. TestNextHeldOff checks it, and that a shorter ring does not.
+const ringSize = maxHeld + chunk.MaxSize
+
+// nextHeldOff is where in a ring of size bytes the next held chunk of n bytes goes after the
+// held chunks (oldest first, placed by nextHeldOff before), or fits false when it would
+// overlap the oldest.
+func nextHeldOff(held []heldChunk, n, size int) (off int, fits bool) {
+	if len(held) == 0 {
+		return 0, n <= size
+	}
+	last := held[len(held)-1]
+	head, tail := held[0].off, last.off+len(last.data)
+	if tail > head { // unwrapped: after the newest, or at the start, before the oldest
+		if tail+n <= size {
+			return tail, true
+		}
+		return 0, n <= head
+	}
+	return tail, tail+n <= head // wrapped: between the newest and the oldest
 }
 
 // add appends a chunk to the file's segments, extending the last one when the chunk follows it
