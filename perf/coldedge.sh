@@ -49,6 +49,12 @@
 # are "origin-tls" / "hf-origin-tls", and the TLS edge's ratios are then taken against them
 # (tls/tls-origin) as well as against the plain origin.
 #
+# PIN=1 (needs 2 or more cores) gives every edge a core of its own: edges run on core 1 (taskset),
+# everything else — origins, haproxy, clients, this script — on core 0, for the origin's
+# downloads as for the edge's. Without it (the default) client, origin and edge share all cores,
+# as on one loopback host; with it the edge's CPU is what it costs on a node of its own, as
+# deployed, and the origin's side (origin + client on one core) is the same in both downloads.
+#
 # CLIENTS=N (default 0: off) adds two bursts per revision after the rounds, each on a fresh edge
 # over plain HTTP: N clients downloading N different random files of BURST_MB (64) at once —
 # edge peak RSS (VmRSS sampled every 0.2 s, and VmHWM) and RSS 30 s after the last download
@@ -263,7 +269,7 @@ cold() {
 	[ "$proto" = tls ] || pub=http://${cedge[$n]}
 	# The edge signs its transfer URLs with --public-url: the listener under test (or the relay
 	# in front of it).
-	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+	"${EDGE_PIN[@]}" "$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
 		--listen "$H:$e" --http-listen "$H:$h" --admin-listen "127.0.0.1:$a" --public-url "$pub" \
 		${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$!
@@ -303,7 +309,7 @@ burst() {
 	local n=$1 kind=$2 e=$((P + 10 * ${1#r} + 1)) h=$((P + 10 * ${1#r} + 2)) a=$((P + 10 * ${1#r} + 3))
 	local dir=$WORK/$n/edge
 	rm -rf "$dir"
-	"$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
+	"${EDGE_PIN[@]}" "$WORK/$n/xet-edge" --origin "${edgeorigin[$n]}" --origin-token "${etok[$n]}" --data-dir "$dir" \
 		--listen "$H:$e" --http-listen "$H:$h" --public-url "http://$H:$h" \
 		--admin-listen "127.0.0.1:$a" ${config[$n]:+--config "${config[$n]}"} >"$WORK/$n/edge.log" 2>&1 &
 	local pid=$! dls=() peak=0 c f st=0 r
@@ -342,7 +348,16 @@ burst() {
 	wait "$pid" 2>/dev/null || true
 }
 
-log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way; client link ${LINK_MBIT} Mbit/s (0: loopback)"
+PIN=${PIN:-0} EDGE_PIN=()
+[[ $PIN == 0 || $PIN == 1 ]] || { log "PIN=$PIN: want 0 or 1"; exit 1; }
+if [ "$PIN" = 1 ]; then
+	[ "$(nproc)" -ge 2 ] || { log "PIN=1 needs 2 cores or more"; exit 1; }
+	# This shell (so every client it starts) and every server started above, all their threads.
+	taskset -pc 0 $$ >/dev/null
+	for p in "${pids[@]}"; do taskset -apc 0 "$p" >/dev/null; done
+	EDGE_PIN=(taskset -c 1)
+fi
+log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way; client link ${LINK_MBIT} Mbit/s (0: loopback); edge pinned to its own core: $PIN"
 out=$WORK/rounds.txt
 : >"$out"
 names=()
