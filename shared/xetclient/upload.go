@@ -273,20 +273,13 @@ func (u *upload) addFile(ctx context.Context, idx int, f UploadFile) error {
 		if !ok && !answered && !anchors.Done() && !u.c.opts.DisableGlobalDedup && len(data) <= maxHeld {
 			// Room for it: the oldest held chunks are packed first (a changed region longer
 			// than maxHeld is sent as it is read, but the unchanged chunks after it, up to the
-			// next anchor, are still held).
-			k, free := 0, maxHeld-heldBytes
-			for free < len(data) {
-				free += len(held[k].data)
-				k++
-			}
-			if err := pack(k); err != nil {
-				return err
-			}
+			// next anchor, are still held). Within maxHeld the ring always has a place for it
+			// (ringSize); the place is checked all the same.
 			if u.ring == nil {
 				u.ring = make([]byte, ringSize)
 			}
 			off, fits := nextHeldOff(held, len(data), len(u.ring))
-			for !fits { // never with ringSize (see there); packing the oldest is always safe
+			for heldBytes+len(data) > maxHeld || !fits {
 				if err := pack(1); err != nil {
 					return err
 				}
