@@ -240,6 +240,9 @@ type fetchJob struct {
 	url      string // from the first answer; see block.url for refreshed ones
 	terms    []int
 	firstOut int64
+	// rawHint is the capacity fetchRange gives the decoded bytes up front: the larger of the
+	// serialized range and its terms' unpacked bytes, at most what nc chunks can decode to.
+	rawHint uint64
 }
 
 // plan asks for the reconstruction of the block and works out its terms and jobs. out0 is the
@@ -255,6 +258,11 @@ func (b *block) plan(ctx context.Context, out0 int64) (int64, error) {
 	// A job is identified by (xorb number, entry index, range index).
 	jobIdx := make(map[[3]int]int)
 	byXorb := make(map[hash.Hash]int)
+	type termKey struct {
+		job int
+		r   wire.ChunkRange
+	}
+	counted := make(map[termKey]bool)
 	var o int64
 	skip := ans.OffsetIntoFirstRange
 	for i, t := range ans.Terms {
@@ -297,8 +305,19 @@ func (b *block) plan(ctx context.Context, out0 int64) (int64, error) {
 				url: ans.Xorbs[t.Hash][e].URL, firstOut: out0 + o})
 		}
 		b.jobs[ji].terms = append(b.jobs[ji].terms, len(b.terms))
+		if tk := (termKey{ji, t.Range}); !counted[tk] {
+			// A file repeating itself (zero pages: one chunk, many terms) names the same chunks
+			// again; they are fetched once.
+			counted[tk] = true
+			b.jobs[ji].rawHint += n
+		}
 		b.terms = append(b.terms, termOut{t: t, skip: s, n: w, out: out0 + o})
 		o += w
+	}
+	for _, j := range b.jobs {
+		// Terms of one job may still overlap: bounded by the most its chunks can hold.
+		nc := uint64(j.chunks.End - j.chunks.Start)
+		j.rawHint = min(max(j.rawHint, j.bytes.End-j.bytes.Start+1), nc*xorb.MaxChunkRaw)
 	}
 	return o, nil
 }
@@ -482,6 +501,12 @@ func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []b
 		return data, ends, got, fmt.Errorf("%w: transfer answered %d", ErrCorrupt, resp.StatusCode)
 	}
 	nc := int(j.chunks.End - j.chunks.Start)
+	if data == nil {
+		// The whole range's room up front: grown by append, a 64 MiB range was copied about
+		// twice more and faulted in fresh pages at every growth, a third of the client's CPU per
+		// downloaded GiB (perf/BENCHMARKS.md, 2026-12-04, "xet download's own CPU").
+		data = make([]byte, 0, j.rawHint)
+	}
 	cr := xorb.NewChunkReader(&countingReader{r: io.LimitReader(resp.Body, want), n: net})
 	for {
 		raw, _, err := cr.Next()
