@@ -27,7 +27,7 @@ type downloadOutput struct {
 	Path          string    `json:"path"`
 	FileHash      hash.Hash `json:"file_hash"`
 	Size          int64     `json:"size"`
-	SHA256        string    `json:"sha256"`
+	SHA256        string    `json:"sha256,omitempty"` // with --sha256 only
 	Seconds       float64   `json:"seconds"`
 	BytesReceived int64     `json:"bytes_received"`
 }
@@ -45,9 +45,10 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	size := fs.Int64("size", 0, "file size if known (saves a probe past the end; a shorter file is an error)")
 	rng := fs.String("range", "", "inclusive byte range A-B (or A-) like an HTTP Range")
 	out := fs.String("o", "", "output file, or - for standard output (required)")
+	withSHA := fs.Bool("sha256", false, "also print the SHA-256 of the bytes written (the download is verified against --hash either way; this costs about 0.7 CPU-seconds per GiB more)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xet download (--endpoint URL | --token-url URL) [--token TOKEN] --hash H [--size N] [--range A-B] [--http3] [--insecure] [--ca-file PEM] -o OUT")
-		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"sha256":…,"seconds":S,"bytes_received":N} (to stderr with -o -)`)
+		fmt.Fprintln(stderr, "usage: xet download (--endpoint URL | --token-url URL) [--token TOKEN] --hash H [--size N] [--range A-B] [--sha256] [--http3] [--insecure] [--ca-file PEM] -o OUT")
+		fmt.Fprintln(stderr, `prints {"path":…,"file_hash":…,"size":N,"seconds":S,"bytes_received":N} (to stderr with -o -), with "sha256":… after "size" under --sha256`)
 		fs.PrintDefaults()
 	}
 	if help, err := parseFlags(fs, args); help || err != nil {
@@ -79,7 +80,7 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer c.Close()
-	err = download(ctx, c, h, opts, *out, stdout, stderr)
+	err = download(ctx, c, h, opts, *out, *withSHA, stdout, stderr)
 	if errors.Is(err, xetclient.ErrNotFound) {
 		// The server's own text may name its routes; the user needs only this.
 		return fmt.Errorf("file %s not found (or not readable with this token)", h)
@@ -87,21 +88,34 @@ func runDownload(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return err
 }
 
-// download fetches h to out ("-": stdout) and prints the summary line.
-func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetclient.DownloadOptions, out string, stdout, stderr io.Writer) error {
+// download fetches h to out ("-": stdout) and prints the summary line, with the SHA-256 of the
+// bytes written when withSHA is set. Not by default: a whole-file download is already checked
+// against its Xet hash, and the SHA-256 cost about as much CPU as that check (~0.7 CPU-s per GiB,
+// plus a second read of the file for -o FILE; docs/decisions.md, 2026-12-04).
+func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetclient.DownloadOptions, out string, withSHA bool, stdout, stderr io.Writer) error {
 	bar := newProgressBar(stderr, "download")
 	opts.Progress = bar.update
 	var stats xetclient.DownloadStats
 	opts.Stats = &stats
 	start := time.Now()
 	sum := sha256.New()
+	// hashed tees w into sum when the SHA-256 was asked for.
+	hashed := func(w io.Writer) io.Writer {
+		if withSHA {
+			return io.MultiWriter(w, sum)
+		}
+		return w
+	}
 	result := func(n int64, w io.Writer) error {
-		return json.NewEncoder(w).Encode(downloadOutput{Path: out, FileHash: h, Size: n,
-			SHA256: hex.EncodeToString(sum.Sum(nil)), Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000,
-			BytesReceived: stats.TransferBytes})
+		o := downloadOutput{Path: out, FileHash: h, Size: n,
+			Seconds: math.Round(time.Since(start).Seconds()*1000) / 1000, BytesReceived: stats.TransferBytes}
+		if withSHA {
+			o.SHA256 = hex.EncodeToString(sum.Sum(nil))
+		}
+		return json.NewEncoder(w).Encode(o)
 	}
 	if out == "-" {
-		n, err := c.Download(ctx, h, io.MultiWriter(stdout, sum), opts)
+		n, err := c.Download(ctx, h, hashed(stdout), opts)
 		bar.finish()
 		if err != nil {
 			return err
@@ -115,7 +129,7 @@ func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetcli
 		if err != nil {
 			return err
 		}
-		n, err := c.Download(ctx, h, io.MultiWriter(f, sum), opts)
+		n, err := c.Download(ctx, h, hashed(f), opts)
 		bar.finish()
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -132,7 +146,7 @@ func download(ctx context.Context, c *xetclient.Client, h hash.Hash, opts xetcli
 	}
 	n, err := c.DownloadAt(ctx, h, f, opts)
 	bar.finish()
-	if err == nil { // DownloadAt writes out of order: hash what is on disk
+	if err == nil && withSHA { // DownloadAt writes out of order: hash what is on disk
 		if _, err = f.Seek(0, io.SeekStart); err == nil {
 			_, err = io.Copy(sum, f)
 		}

@@ -58,15 +58,18 @@ func TestDownloadSummary(t *testing.T) {
 		t.Fatalf("upload: %d %q %q", code, out, errOut)
 	}
 	sum := sha256.Sum256(data)
-	check := func(name, line, path string) {
+	// check reads the summary line; the sha256 field is there exactly when --sha256 was given.
+	check := func(name, line, path string, withSHA bool) {
 		t.Helper()
 		var got map[string]any
 		if err := json.Unmarshal([]byte(line), &got); err != nil || strings.Count(line, "\n") != 1 {
 			t.Fatalf("%s: not one JSON line: %q (%v)", name, line, err)
 		}
-		if got["path"] != path || got["file_hash"] != up.FileHash.String() || got["size"] != float64(len(data)) ||
-			got["sha256"] != hex.EncodeToString(sum[:]) {
+		if got["path"] != path || got["file_hash"] != up.FileHash.String() || got["size"] != float64(len(data)) {
 			t.Errorf("%s: %s", name, line)
+		}
+		if sha, ok := got["sha256"]; withSHA && sha != hex.EncodeToString(sum[:]) || !withSHA && ok {
+			t.Errorf("%s: sha256 %v (asked: %v), want %x", name, sha, withSHA, sum)
 		}
 		if s, ok := got["seconds"].(float64); !ok || s < 0 || s > 60 {
 			t.Errorf("%s: seconds %v", name, got["seconds"])
@@ -81,16 +84,27 @@ func TestDownloadSummary(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("download: %d, stderr %q", code, errOut)
 	}
-	check("-o FILE", out, dst)
+	check("-o FILE", out, dst, false)
 	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("downloaded file differs (%v)", err)
 	}
-
-	code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "-o", "-")
-	if code != 0 || out != string(data) {
-		t.Fatalf("download -o -: %d, %d bytes on stdout, stderr %q", code, len(out), errOut)
+	code, out, errOut = runXet(t, "download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "--sha256", "-o", dst)
+	if code != 0 || errOut != "" {
+		t.Fatalf("download --sha256: %d, stderr %q", code, errOut)
 	}
-	check("-o -", errOut, "-")
+	check("--sha256 -o FILE", out, dst, true)
+
+	for _, withSHA := range []bool{false, true} {
+		args := []string{"download", "--endpoint", endpoint, "--hash", up.FileHash.String(), "-o", "-"}
+		if withSHA {
+			args = append(args, "--sha256")
+		}
+		code, out, errOut = runXet(t, args...)
+		if code != 0 || out != string(data) {
+			t.Fatalf("download -o - (sha256 %v): %d, %d bytes on stdout, stderr %q", withSHA, code, len(out), errOut)
+		}
+		check("-o -", errOut, "-", withSHA)
+	}
 
 	// Not a regular file (a FIFO here, /dev/null in practice): written in place, in order; the
 	// node itself stays what it was (a temp file renamed over it would replace it).
@@ -107,7 +121,7 @@ func TestDownloadSummary(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("download -o FIFO: %d, stderr %q", code, errOut)
 	}
-	check("-o FIFO", out, fifo)
+	check("-o FIFO", out, fifo, false)
 	select {
 	case b := <-got:
 		if !bytes.Equal(b, data) {
