@@ -365,10 +365,16 @@ for ((j = 0; j < ${#revs[@]}; j++)); do names+=("r$j"); done
 # settle: the cold edges' data directories of the last round go before the next one starts, and
 # the inodes they free are left SETTLE_S seconds (default 65) to stop counting as recently
 # deleted, so that the next round's fills do not pay for them. Keeps up to one round's edge
-# directories on disk (4 × SIZE_MB per revision with PYTHON set).
+# directories on disk (4 × SIZE_MB per revision with PYTHON set). On ext4 without a journal an
+# inode freed less than 60 s ago — 360 s while its inode table block is still dirty — is skipped
+# by every file creation after a scan of the inode table, which cost a fill up to a quarter of
+# its CPU (512 segment files per GiB; perf/BENCHMARKS.md, 2026-12-04, "a harness artefact"):
+# sync writes those blocks (and the last round's dirty fills) out first, so that 65 s suffice.
+# Before the first round too: the test suite, an earlier run or this run's setup may have
+# deleted files just before.
 settle() {
-	compgen -G "$WORK/r*/edge.*" >/dev/null || return 0
 	rm -rf "$WORK"/r*/edge.*
+	sync
 	sleep "${SETTLE_S:-65}"
 }
 for r in $(seq "$ROUNDS"); do
