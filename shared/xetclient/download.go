@@ -70,8 +70,9 @@ type DownloadStats struct {
 // length. A 403 from a transfer URL re-requests the block's reconstruction and retries with the
 // new URLs.
 //
-// Bytes are written with Write in order, from one goroutine at a time; pieces that arrive early
-// are held in memory, at most about two blocks. DownloadAt avoids that buffering.
+// Bytes are written with Write in order, from one goroutine at a time: the range at the output's
+// frontier as its chunks are decoded, pieces that arrive early held in memory, at most about two
+// blocks. DownloadAt avoids that buffering.
 //
 // Errors: ErrNotFound for an unknown file, ErrRangeNotSatisfiable, ErrSizeMismatch,
 // *StatusError, ErrCorrupt, and errors of w.
@@ -377,6 +378,50 @@ func (b *block) refresh(ctx context.Context, gen int) error {
 	return nil
 }
 
+// outRun is one run of output bytes [out, out+n) a job's terms fill from one run of its decoded
+// bytes, starting skip bytes into chunk first (counted from the job's first chunk).
+type outRun struct {
+	first uint32
+	skip  uint64
+	out   int64
+	n     int64
+}
+
+// start is the offset of the run in the decoded bytes, once the chunks before it are decoded.
+func (r outRun) start(ends []uint32) (uint64, bool) {
+	if r.first == 0 {
+		return r.skip, true
+	}
+	if uint32(len(ends)) < r.first {
+		return 0, false
+	}
+	return uint64(ends[r.first-1]) + r.skip, true
+}
+
+// streamRun reports whether j's terms, in output order, are one run: each after the previous
+// one in the output and in the xorb's chunks, only the first cut at its start and only the last
+// at its end. The usual job is (one term over its whole range); a file that repeats chunks is
+// not, and is written once its range is in.
+func streamRun(b *block, j *fetchJob) (outRun, bool) {
+	if len(j.terms) == 0 {
+		return outRun{}, false
+	}
+	t0 := &b.terms[j.terms[0]]
+	r := outRun{first: t0.t.Range.Start - j.chunks.Start, skip: t0.skip, out: t0.out}
+	for k, ti := range j.terms {
+		t := &b.terms[ti]
+		if k > 0 {
+			prev := &b.terms[j.terms[k-1]]
+			if t.skip != 0 || t.out != r.out+r.n || t.t.Range.Start != prev.t.Range.End ||
+				uint64(prev.n)+prev.skip != uint64(prev.t.UnpackedLength) {
+				return outRun{}, false
+			}
+		}
+		r.n += t.n
+	}
+	return r, true
+}
+
 // runJob fetches and decodes one range and writes the terms it serves.
 func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, prog *progress) error {
 	refreshes, failovers := 0, 0
@@ -386,11 +431,42 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 	var data []byte
 	var ends []uint32
 	var got uint64
+	// An in-order sink at this job's first byte takes its bytes as they are decoded, not once the
+	// whole range (up to a 64 MiB xorb) is in: the first byte of `xet download -o -` then waits
+	// for one chunk, not one range. Written bytes cannot be taken back, so once some were, a
+	// range that must start over, or terms that do not add up, end the download (ErrCorrupt)
+	// instead of being retried.
+	run, streams := streamRun(b, j)
+	var sent int64
+	onChunk := func(data []byte, ends []uint32) error {
+		if !streams {
+			return nil
+		}
+		lo, ok := run.start(ends)
+		if !ok {
+			return nil
+		}
+		avail := min(int64(len(data))-int64(lo), run.n)
+		if avail <= sent {
+			return nil
+		}
+		n, err := out.putEarly(run.out+sent, data[lo+uint64(sent):lo+uint64(avail)])
+		sent += int64(n)
+		return err
+	}
 	err := c.retry(ctx, func(ctx context.Context) error {
 		for {
 			u, gen := b.url(j)
 			var err error
-			data, ends, got, err = c.fetchRange(ctx, u, j, data, ends, got, &prog.net)
+			data, ends, got, err = c.fetchRange(ctx, u, j, data, ends, got, &prog.net, onChunk)
+			if se := (*sinkError)(nil); errors.As(err, &se) {
+				return se.err
+			}
+			if sent > 0 {
+				if lo, ok := run.start(ends); !ok || uint64(len(data)) < lo+uint64(sent) {
+					return fmt.Errorf("%w: range restarted after %d of its bytes were written (%v)", ErrCorrupt, sent, err)
+				}
+			}
 			if isStatus(err, http.StatusForbidden) && refreshes < maxURLRefreshes {
 				refreshes++
 				if rerr := b.refresh(ctx, gen); rerr != nil {
@@ -412,7 +488,12 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 			if err != nil {
 				return err
 			}
-			return checkTerms(b, j, ends)
+			if err := checkTerms(b, j, ends); err != nil && sent > 0 {
+				return errors.Unwrap(err) // not transient: bytes of it are out
+			} else if err != nil {
+				return err
+			}
+			return nil
 		}
 	})
 	if err != nil {
@@ -420,6 +501,14 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 	}
 	if b.verify {
 		hashLeaves(b, j, data, ends)
+	}
+	if streams {
+		lo, _ := run.start(ends)
+		if err := out.put(run.out+sent, data[lo+uint64(sent):lo+uint64(run.n)]); err != nil {
+			return err
+		}
+		prog.add(run.n)
+		return nil
 	}
 	for _, ti := range j.terms {
 		t := &b.terms[ti]
@@ -473,8 +562,9 @@ func checkTerms(b *block, j *fetchJob, ends []uint32) error {
 // on and decodes them onto data; ends receives each chunk's cumulative decoded end. It returns
 // the whole chunks decoded so far and their serialized length, also on error, so the caller's
 // next attempt resumes after them. Short or undecodable bodies are transient errors; an answer
-// that does not fit the range drops what was kept (the next attempt starts over).
-func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32, got uint64, net *atomic.Int64) ([]byte, []uint32, uint64, error) {
+// that does not fit the range drops what was kept (the next attempt starts over). onChunk, when
+// not nil, sees the decoded bytes after each chunk; its error ends the fetch.
+func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []byte, ends []uint32, got uint64, net *atomic.Int64, onChunk func([]byte, []uint32) error) ([]byte, []uint32, uint64, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, u, false)
 	if err != nil {
 		return data, ends, got, err
@@ -522,6 +612,11 @@ func (c *Client) fetchRange(ctx context.Context, u string, j *fetchJob, data []b
 		data = append(data, raw...)
 		ends = append(ends, uint32(len(data)))
 		got = start - j.bytes.Start + uint64(cr.Offset())
+		if onChunk != nil {
+			if err := onChunk(data, ends); err != nil {
+				return data, ends, got, err
+			}
+		}
 	}
 	if len(ends) != nc || got != j.bytes.End-j.bytes.Start+1 {
 		return data[:0], ends[:0], 0, transient(fmt.Errorf("%w: range holds %d chunks in %d bytes, want %d chunks in %d bytes",
@@ -677,6 +772,10 @@ type sink interface {
 	wait(ctx context.Context, off int64) error
 	// put writes p at off; p is not retained after put returns unless the sink documents so.
 	put(off int64, p []byte) error
+	// putEarly writes p at off if the sink can take it now without holding it, and returns the
+	// bytes it wrote (all of p or none); p is never retained. A job's later put starts where
+	// its early bytes ended.
+	putEarly(off int64, p []byte) (int, error)
 	// flush reports pieces never written (a gap: a bug or a missing piece).
 	flush() error
 }
@@ -690,6 +789,9 @@ func (s *atSink) put(off int64, p []byte) error {
 	return err
 }
 func (s *atSink) flush() error { return nil }
+
+// putEarly takes nothing: out-of-order writes gain nothing from early bytes.
+func (s *atSink) putEarly(int64, []byte) (int, error) { return 0, nil }
 
 // seqSink writes in order to an io.Writer, holding pieces that arrive before their turn (p is
 // retained: the fetch buffers are not reused).
@@ -733,6 +835,33 @@ func (s *seqSink) put(off int64, p []byte) error {
 		s.pending[off] = p
 		return nil
 	}
+	return s.writeLocked(p)
+}
+
+// putEarly writes p when off is the frontier.
+func (s *seqSink) putEarly(off int64, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if off != s.frontier {
+		return 0, nil
+	}
+	if err := s.writeLocked(p); err != nil {
+		return 0, &sinkError{err}
+	}
+	return len(p), nil
+}
+
+// sinkError is a write error of the output met while a range was being fetched: never retried.
+type sinkError struct{ err error }
+
+func (e *sinkError) Error() string { return e.err.Error() }
+func (e *sinkError) Unwrap() error { return e.err }
+
+// writeLocked writes p at the frontier, then every held piece it reaches, and wakes wait.
+func (s *seqSink) writeLocked(p []byte) error {
 	for {
 		if _, err := s.w.Write(p); err != nil {
 			return err

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,7 +96,7 @@ func TestFetchRangeRoom(t *testing.T) {
 				t.Fatalf("room %d, want %d (raw %d, serialized %d)", j.rawHint, want, len(raw), len(body))
 			}
 			var net atomic.Int64
-			data, ends, _, err := c.fetchRange(context.Background(), j.url, j, nil, nil, 0, &net)
+			data, ends, _, err := c.fetchRange(context.Background(), j.url, j, nil, nil, 0, &net, nil)
 			if err != nil || !bytes.Equal(data, raw) || len(ends) != 24 {
 				t.Fatalf("fetchRange: %d bytes, %d chunks, %v", len(data), len(ends), err)
 			}
@@ -102,4 +105,143 @@ func TestFetchRangeRoom(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneXorb builds a xorb of 24 random stored chunks and serves it with a reconstruction of one
+// term over all of them whose unpacked length is the raw length plus extra. The transfer
+// handler writes the first 8 chunks, then waits for release (if not nil) before the rest;
+// transfers counts its requests.
+func oneXorb(t *testing.T, extra uint32, release chan struct{}) (srv *httptest.Server, raw []byte, transfers *atomic.Int32) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(9, uint64(extra)))
+	bl := xorb.NewBuilder(xorb.None)
+	hc := hash.NewChunker()
+	for range 24 {
+		c := make([]byte, 16<<10+rng.IntN(48<<10))
+		for i := range c {
+			c[i] = byte(rng.Uint32())
+		}
+		if !bl.Add(c, hc.Sum(c)) {
+			t.Fatal("builder refused a chunk")
+		}
+		raw = append(raw, c...)
+	}
+	body, l := bl.Finish()
+	transfers = new(atomic.Int32)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/xorb" {
+			transfers.Add(1)
+			w.Header().Set("Content-Range", "bytes 0-"+strconv.Itoa(len(body)-1)+"/"+strconv.Itoa(len(body)))
+			w.WriteHeader(http.StatusPartialContent)
+			cut := l.StoredEnds[7]
+			_, _ = w.Write(body[:cut])
+			w.(http.Flusher).Flush()
+			if release != nil {
+				select {
+				case <-release:
+				case <-time.After(20 * time.Second):
+				}
+			}
+			_, _ = w.Write(body[cut:])
+			return
+		}
+		ans := wire.QueryReconstructionResponseV2{
+			Terms: []wire.Term{{Hash: l.Hash, UnpackedLength: uint32(len(raw)) + extra, Range: wire.ChunkRange{Start: 0, End: 24}}},
+			Xorbs: map[hash.Hash][]wire.MultiRangeFetch{l.Hash: {{URL: "http://" + r.Host + "/xorb", Ranges: []wire.RangeDescriptor{{
+				Chunks: wire.ChunkRange{Start: 0, End: 24}, Bytes: wire.ByteRange{Start: 0, End: uint64(len(body)) - 1}}}}}},
+		}
+		_ = json.NewEncoder(w).Encode(ans)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, raw, transfers
+}
+
+// firstWrite signals the first Write it sees, with its length.
+type firstWrite struct {
+	bytes.Buffer
+	first chan int
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	if w.Len() == 0 {
+		w.first <- len(p)
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestDownloadStreamsFrontier: an in-order download writes the range at the output's frontier
+// as its chunks arrive — here while the server holds back all but the first 8 of 24 chunks —,
+// and the whole file is still written once, in order.
+func TestDownloadStreamsFrontier(t *testing.T) {
+	release := make(chan struct{})
+	srv, raw, _ := oneXorb(t, 0, release)
+	c, err := New(Options{Endpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := &firstWrite{first: make(chan int, 1)}
+	done := make(chan error, 1)
+	var file hash.Hash
+	go func() {
+		_, err := c.Download(context.Background(), file, w, DownloadOptions{Size: int64(len(raw)), SkipVerify: true})
+		done <- err
+	}()
+	select {
+	case n := <-w.first:
+		if n <= 0 || n >= len(raw) {
+			t.Errorf("first write of %d bytes while the server held back 16 of 24 chunks", n)
+		}
+	case err := <-done:
+		t.Fatalf("download ended (%v) before the held-back chunks were sent", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing written within 10 s while the first 8 chunks were in: the range is held until complete")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.Bytes(), raw) {
+		t.Fatalf("wrote %d bytes, differing from the file's %d", w.Len(), len(raw))
+	}
+}
+
+// TestStreamedRangeNotRetried: once bytes of a range are out, a range whose terms do not add up
+// (the answer claims one byte more than its chunks hold) ends the download with ErrCorrupt after
+// one transfer; it is not retried as it would be before any byte was written.
+func TestStreamedRangeNotRetried(t *testing.T) {
+	srv, raw, transfers := oneXorb(t, 1, nil)
+	c, err := New(Options{Endpoint: srv.URL, Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var file hash.Hash
+	var out bytes.Buffer
+	_, err = c.Download(context.Background(), file, &out, DownloadOptions{SkipVerify: true})
+	if !errors.Is(err, ErrCorrupt) || transfers.Load() != 1 || out.Len() == 0 || out.Len() > len(raw) {
+		t.Fatalf("err %v after %d transfers, %d bytes written; want ErrCorrupt after 1, some written", err, transfers.Load(), out.Len())
+	}
+	// With DownloadAt nothing is out before the range is whole: the range is tried again.
+	transfers.Store(0)
+	var at memWriterAt
+	_, err = c.DownloadAt(context.Background(), file, &at, DownloadOptions{SkipVerify: true})
+	if !errors.Is(err, ErrCorrupt) || transfers.Load() < 2 {
+		t.Fatalf("DownloadAt: err %v after %d transfers, want ErrCorrupt after a retry", err, transfers.Load())
+	}
+}
+
+type memWriterAt struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (m *memWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if end := int(off) + len(p); end > len(m.buf) {
+		m.buf = append(m.buf, make([]byte, end-len(m.buf))...)
+	}
+	copy(m.buf[off:], p)
+	return len(p), nil
 }
