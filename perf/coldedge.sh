@@ -22,8 +22,10 @@
 #
 # Each edge download also reports edge_fb_ms: the edge's own mean time from a missed transfer
 # request to its first verified byte (xet_edge_datacache_miss_first_byte_seconds sum ÷ count).
-# The client's ttfb is later than that by design: `xet download -o -` writes a fetch range only
-# once all of it arrived, so its first byte waits for the file's first whole xorb range.
+# The client's ttfb also counts its reconstruction request and the first chunk's decoding:
+# `xet download -o -` writes the range at the output's frontier as its chunks arrive (until
+# afe4090 it wrote a range only once all of it had arrived, so the first byte waited for the
+# file's first whole xorb range).
 #
 # CLIENT_DELAY_MS=N puts perf/cmd/delayrelay (N ms each way) between the clients and both the
 # origin and the edges; ORIGIN_DELAY_MS=N puts one between the edges and the origin (a far
