@@ -488,12 +488,11 @@ func (c *Client) runJob(ctx context.Context, b *block, j *fetchJob, out sink, pr
 			if err != nil {
 				return err
 			}
-			if err := checkTerms(b, j, ends); err != nil && sent > 0 {
+			err = checkTerms(b, j, ends)
+			if err != nil && sent > 0 {
 				return errors.Unwrap(err) // not transient: bytes of it are out
-			} else if err != nil {
-				return err
 			}
-			return nil
+			return err
 		}
 	})
 	if err != nil {
