@@ -21,6 +21,44 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
 
+// testXorb builds a xorb of 24 chunks of 16-64 KiB, random bytes or (text) bytes that compress,
+// and returns its body, layout and the chunks' bytes in order.
+func testXorb(t *testing.T, rng *rand.Rand, scheme xorb.Scheme, text bool) (body []byte, l *xorb.Layout, raw []byte) {
+	t.Helper()
+	bl := xorb.NewBuilder(scheme)
+	hc := hash.NewChunker()
+	for range 24 {
+		c := make([]byte, 16<<10+rng.IntN(48<<10))
+		for i := range c {
+			if text {
+				c[i] = "abcdefgh "[rng.IntN(9)]
+			} else {
+				c[i] = byte(rng.Uint32())
+			}
+		}
+		if !bl.Add(c, hc.Sum(c)) {
+			t.Fatal("builder refused a chunk")
+		}
+		raw = append(raw, c...)
+	}
+	body, l = bl.Finish()
+	return body, l, raw
+}
+
+// wholeXorbAnswer answers with repeats terms over all 24 chunks of l, each of unpacked bytes,
+// fetched as one range of the serialized body from host's /xorb.
+func wholeXorbAnswer(host string, l *xorb.Layout, bodyLen int, unpacked uint32, repeats int) wire.QueryReconstructionResponseV2 {
+	all := wire.ChunkRange{Start: 0, End: 24}
+	ans := wire.QueryReconstructionResponseV2{Xorbs: map[hash.Hash][]wire.MultiRangeFetch{
+		l.Hash: {{URL: "http://" + host + "/xorb", Ranges: []wire.RangeDescriptor{{
+			Chunks: all, Bytes: wire.ByteRange{Start: 0, End: uint64(bodyLen) - 1}}}}},
+	}}
+	for range repeats {
+		ans.Terms = append(ans.Terms, wire.Term{Hash: l.Hash, UnpackedLength: unpacked, Range: all})
+	}
+	return ans
+}
+
 // TestFetchRangeRoom: plan gives each job the room its decoded chunks need, and fetchRange
 // decodes into it without growing it (grown by append, a 64 MiB range was copied about twice
 // more). Stored chunks: the serialized range (headers included); LZ4: the terms' unpacked bytes
@@ -37,25 +75,7 @@ func TestFetchRangeRoom(t *testing.T) {
 		{"lz4-repeated-terms", xorb.LZ4, true, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
-			bl := xorb.NewBuilder(tc.scheme)
-			hc := hash.NewChunker()
-			var raw []byte
-			for range 24 {
-				c := make([]byte, 16<<10+rng.IntN(48<<10))
-				for i := range c {
-					if tc.text {
-						c[i] = "abcdefgh "[rng.IntN(9)]
-					} else {
-						c[i] = byte(rng.Uint32())
-					}
-				}
-				if !bl.Add(c, hc.Sum(c)) {
-					t.Fatal("builder refused a chunk")
-				}
-				raw = append(raw, c...)
-			}
-			body, l := bl.Finish()
+			body, l, raw := testXorb(t, rand.New(rand.NewPCG(7, uint64(len(tc.name)))), tc.scheme, tc.text)
 			if tc.text && len(body) >= len(raw) {
 				t.Fatalf("text did not compress (%d of %d): the case tests nothing", len(body), len(raw))
 			}
@@ -68,14 +88,7 @@ func TestFetchRangeRoom(t *testing.T) {
 					http.NotFound(w, r)
 					return
 				}
-				ans := wire.QueryReconstructionResponseV2{Xorbs: map[hash.Hash][]wire.MultiRangeFetch{
-					l.Hash: {{URL: "http://" + r.Host + "/xorb", Ranges: []wire.RangeDescriptor{{
-						Chunks: wire.ChunkRange{Start: 0, End: 24}, Bytes: wire.ByteRange{Start: 0, End: uint64(len(body)) - 1}}}}},
-				}}
-				for range tc.repeats {
-					ans.Terms = append(ans.Terms, wire.Term{Hash: l.Hash, UnpackedLength: uint32(len(raw)), Range: wire.ChunkRange{Start: 0, End: 24}})
-				}
-				_ = json.NewEncoder(w).Encode(ans)
+				_ = json.NewEncoder(w).Encode(wholeXorbAnswer(r.Host, l, len(body), uint32(len(raw)), tc.repeats))
 			}))
 			defer srv.Close()
 			c, err := New(Options{Endpoint: srv.URL})
@@ -114,20 +127,7 @@ func TestFetchRangeRoom(t *testing.T) {
 // transfers counts its requests.
 func oneXorb(t *testing.T, extra uint32, release chan struct{}) (srv *httptest.Server, raw []byte, transfers *atomic.Int32) {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(9, uint64(extra)))
-	bl := xorb.NewBuilder(xorb.None)
-	hc := hash.NewChunker()
-	for range 24 {
-		c := make([]byte, 16<<10+rng.IntN(48<<10))
-		for i := range c {
-			c[i] = byte(rng.Uint32())
-		}
-		if !bl.Add(c, hc.Sum(c)) {
-			t.Fatal("builder refused a chunk")
-		}
-		raw = append(raw, c...)
-	}
-	body, l := bl.Finish()
+	body, l, raw := testXorb(t, rand.New(rand.NewPCG(9, uint64(extra))), xorb.None, false)
 	transfers = new(atomic.Int32)
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/xorb" {
@@ -146,12 +146,7 @@ func oneXorb(t *testing.T, extra uint32, release chan struct{}) (srv *httptest.S
 			_, _ = w.Write(body[cut:])
 			return
 		}
-		ans := wire.QueryReconstructionResponseV2{
-			Terms: []wire.Term{{Hash: l.Hash, UnpackedLength: uint32(len(raw)) + extra, Range: wire.ChunkRange{Start: 0, End: 24}}},
-			Xorbs: map[hash.Hash][]wire.MultiRangeFetch{l.Hash: {{URL: "http://" + r.Host + "/xorb", Ranges: []wire.RangeDescriptor{{
-				Chunks: wire.ChunkRange{Start: 0, End: 24}, Bytes: wire.ByteRange{Start: 0, End: uint64(len(body)) - 1}}}}}},
-		}
-		_ = json.NewEncoder(w).Encode(ans)
+		_ = json.NewEncoder(w).Encode(wholeXorbAnswer(r.Host, l, len(body), uint32(len(raw))+extra, 1))
 	}))
 	t.Cleanup(srv.Close)
 	return srv, raw, transfers
