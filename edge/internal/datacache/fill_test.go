@@ -55,12 +55,18 @@ func TestFirstBytesBeforeSegmentArrives(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	defer res.rr.Close()
+	if !res.rr.Ready() {
+		t.Fatal("Ready is false with verified bytes at the Range's start")
+	}
 	first := make([]byte, three)
 	if _, err := io.ReadFull(res.rr, first); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(first, o.body[:three]) {
 		t.Fatal("wrong first bytes")
+	}
+	if res.rr.Ready() {
+		t.Fatal("Ready is true while the fill has nothing verified past the bytes read")
 	}
 	// The first bytes were read while the answer's tail is held back (release is still open);
 	// the fill, having published them, then goes on to block in its next read. That read may
@@ -77,6 +83,9 @@ func TestFirstBytesBeforeSegmentArrives(t *testing.T) {
 	}
 	if !bytes.Equal(rest, o.body[three:end]) {
 		t.Fatal("wrong rest")
+	}
+	if !res.rr.Ready() {
+		t.Fatal("Ready is false at the Range's end")
 	}
 }
 

@@ -76,6 +76,32 @@ func (r *Range) source(pt *part) (*os.File, int64, int64, error) {
 	return f, pt.off, min(avail, pt.n), nil
 }
 
+// Ready reports whether Read would return without waiting for a fill: the Range is at its end
+// or closed, the current part is a cached file, or its fill has verified bytes (or an error) at
+// the part's offset. A batching writer flushes what it gathered before a Read that would wait,
+// so a client is not kept from verified bytes while the rest of a fill arrives.
+func (r *Range) Ready() bool {
+	if r.parts == nil {
+		return true
+	}
+	pt := r.next()
+	if pt == nil || pt.f != nil {
+		return true
+	}
+	select {
+	case <-pt.rdy:
+	default:
+		return false
+	}
+	if pt.err != nil {
+		return true
+	}
+	fl := pt.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.ready > pt.off || fl.err != nil
+}
+
 // Read implements io.Reader.
 func (r *Range) Read(p []byte) (int, error) {
 	if r.parts == nil {

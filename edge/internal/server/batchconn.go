@@ -90,6 +90,19 @@ func (c *batchConn) flushLocked() error {
 	return err
 }
 
+// flush writes what is gathered now (batching goes on); the first failed write's error.
+func (c *batchConn) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.buf == nil {
+		return nil
+	}
+	if c.err != nil {
+		return c.err
+	}
+	return c.flushLocked()
+}
+
 func (c *batchConn) start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -51,6 +51,9 @@ func (x xorbObject) Open(ctx context.Context, b httprange.ByteRange) (readpath.P
 type span struct {
 	rr      *datacache.Range
 	skip, n int64
+	// bc is the request's batching connection (nil: none); Send flushes it before waiting for
+	// a fill.
+	bc *batchConn
 }
 
 // Close releases the cached files; it is idempotent.
@@ -83,11 +86,13 @@ func (s *Server) open(ctx context.Context, l *xorb.Layout, b httprange.ByteRange
 		rr.Close()
 		return nil, fmt.Errorf("%w: byte source offers %d bytes for [%d,%d)", ErrCorrupt, rr.Len(), cs, ce)
 	}
-	return &span{rr: rr, skip: int64(b.Start - uint64(cs)), n: int64(b.Len())}, nil
+	bc, _ := ctx.Value(batchKey{}).(*batchConn)
+	return &span{rr: rr, skip: int64(b.Start - uint64(cs)), n: int64(b.Len()), bc: bc}, nil
 }
 
 // Send streams p's requested bytes to w (readpath.Part). With buf (a batching HTTP/1.1+TLS answer) it copies
-// through buf, one read of the cache file per len(buf) bytes. Otherwise a chunk-aligned range
+// through buf, one read of the cache file per len(buf) bytes, and writes out what the batch
+// gathered whenever the next bytes are still being filled (copyFlushing). Otherwise a chunk-aligned range
 // (what the edge's own answers ask for) goes through the Range's WriteTo, which hands each
 // cached file to w's ReadFrom: sendfile on plain-HTTP TCP, one pooled 32 KiB buffer on HTTP/2
 // and HTTP/3. A short body means an I/O error after the header; the client sees the short
@@ -102,8 +107,7 @@ func (p *span) Send(w io.Writer, buf []byte) (int64, error) {
 	var err error
 	switch {
 	case buf != nil:
-		// struct{io.Writer} hides w's ReadFrom, which would copy through its own buffer.
-		n, err = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(p.rr, p.n), buf)
+		n, err = p.copyFlushing(w, buf)
 	case p.rr.Len() == p.n:
 		n, err = p.rr.WriteTo(w)
 	default:
@@ -113,6 +117,53 @@ func (p *span) Send(w io.Writer, buf []byte) (int64, error) {
 		err = fmt.Errorf("sent %d of %d bytes: %w", n, p.n, io.ErrUnexpectedEOF)
 	}
 	return n, err
+}
+
+// copyFlushing copies p's requested bytes to w through buf. Before a read that would wait for
+// a fill it flushes w and the batching connection, so the client gets the verified bytes gathered
+// so far instead of waiting for a full batch (on a cold fill: its first byte after one chunk,
+// not after batchBytes of them).
+func (p *span) copyFlushing(w io.Writer, buf []byte) (int64, error) {
+	var n int64
+	gathered := false
+	for n < p.n {
+		if gathered && !p.rr.Ready() {
+			if err := p.flush(w); err != nil {
+				return n, err
+			}
+			gathered = false
+		}
+		k, rerr := p.rr.Read(buf[:min(int64(len(buf)), p.n-n)])
+		if k > 0 {
+			wk, werr := w.Write(buf[:k])
+			n += int64(wk)
+			gathered = true
+			if werr == nil && wk < k {
+				werr = io.ErrShortWrite
+			}
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+	return n, nil
+}
+
+// flush writes out what w and the batching connection hold.
+func (p *span) flush(w io.Writer) error {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	if p.bc == nil {
+		return nil
+	}
+	return p.bc.flush()
 }
 
 // firstEndAbove is the index of the chunk holding stored byte off (off < ChunkAreaLen).

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -495,5 +496,105 @@ func BenchmarkTransferWarm(b *testing.B) {
 			}
 			testenv.ReportCPU(b, start)
 		})
+	}
+}
+
+// stallFetcher answers with the first bytes of a xorb's chunk area, then holds the rest back
+// until gate is closed (or the request ends).
+type stallFetcher struct {
+	body  []byte
+	first int64
+	gate  chan struct{}
+}
+
+func (f *stallFetcher) FetchXorbRange(ctx context.Context, _ hash.Hash, start, end int64) (io.ReadCloser, error) {
+	return io.NopCloser(&stallReader{ctx: ctx, f: f, at: start, end: end}), nil
+}
+
+type stallReader struct {
+	ctx     context.Context
+	f       *stallFetcher
+	at, end int64
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	if r.at >= r.end {
+		return 0, io.EOF
+	}
+	if r.at >= r.f.first {
+		select {
+		case <-r.f.gate:
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		}
+	}
+	lim := r.end
+	if r.at < r.f.first {
+		lim = min(lim, r.f.first)
+	}
+	n := copy(p, r.f.body[r.at:lim])
+	r.at += int64(n)
+	return n, nil
+}
+
+// TestBatchedTLSFlushesBeforeWaiting: over HTTP/1.1+TLS through batching connections, a cold
+// range whose fill has verified two chunks (far less than a batch) and waits for the origin
+// gives the client those two chunks now, not when a batch is full or the fill ends.
+func TestBatchedTLSFlushesBeforeWaiting(t *testing.T) {
+	body, l := testXorb(t, 1, 24, 20000)
+	_, twoEnd := l.ByteRange(0, 2)
+	sf := &stallFetcher{body: body, first: int64(twoEnd), gate: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(sf.gate) }) }
+	t.Cleanup(release)
+	dc, err := datacache.Open(context.Background(), datacache.Options{Dir: t.TempDir(), MaxBytes: 1 << 30,
+		Fetcher: sf, SegmentBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	fx := newTransferFixture(t, 24, 20000, func(o *Options) { o.Bytes = dc })
+	srv := newBatchedTLSServer(t, fx.srv.Handler(), nil)
+	whole := fx.chunkBytes(0, 24)
+
+	type got struct {
+		resp *http.Response
+		head []byte
+		err  error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+fx.pathFor(whole), nil)
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", whole.Start, whole.End))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			ch <- got{err: err}
+			return
+		}
+		head := make([]byte, twoEnd)
+		_, err = io.ReadFull(resp.Body, head)
+		ch <- got{resp: resp, head: head, err: err}
+	}()
+	var g got
+	select {
+	case g = <-ch:
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatalf("the two verified chunks (%d bytes) did not reach the client while the fill waited", twoEnd)
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer g.resp.Body.Close()
+	if g.resp.StatusCode != http.StatusPartialContent || g.resp.ProtoMajor != 1 || g.resp.TLS == nil {
+		t.Fatalf("status %d, proto %s", g.resp.StatusCode, g.resp.Proto)
+	}
+	if !bytes.Equal(g.head, body[:twoEnd]) {
+		t.Fatal("the first two chunks differ from the xorb's")
+	}
+	release()
+	rest, err := io.ReadAll(g.resp.Body)
+	if err != nil || !bytes.Equal(append(g.head, rest...), body[whole.Start:whole.End+1]) {
+		t.Fatalf("%d bytes in all (%v), want the range's %d", len(g.head)+len(rest), err, whole.Len())
 	}
 }
