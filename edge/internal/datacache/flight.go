@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
@@ -44,6 +46,9 @@ type flight struct {
 	joined   int  // Range parts that acquired the flight (counted as hits or misses at its end)
 	doneCh   chan struct{}
 	chain    *chain // set when the flight reads a chained origin answer (chain.go); nil: its own
+
+	// waiting counts readers blocked in wait; publish yields the processor to them (see publish).
+	waiting atomic.Int32
 
 	// lent is the file whose offset one reader has borrowed for sendfile (lendOffset); nil:
 	// none. Nothing else uses a flight file's offset: the fill writes with WriteAt, readers
@@ -90,13 +95,24 @@ func (fl *flight) returnOffset(f *os.File) {
 	fl.mu.Unlock()
 }
 
-// publish updates the flight's state under its lock and wakes the waiting readers.
+// publish updates the flight's state under its lock and wakes the waiting readers. When it
+// made the flight's first bytes readable and a reader was waiting for them, the fill then
+// yields the processor: it would otherwise go on reading and verifying whatever the origin's
+// answer already holds (milliseconds on a busy core, until the socket runs dry or the scheduler
+// preempts it) while the woken reader, a client waiting for its first byte, stands in the run
+// queue. Later publishes do not yield: a reader that keeps up with the fill loses nothing by
+// reading a little later, in larger pieces.
 func (fl *flight) publish(update func()) {
 	fl.mu.Lock()
+	before := fl.ready
 	update()
+	first := before == 0 && fl.ready > 0
 	close(fl.progress)
 	fl.progress = make(chan struct{})
 	fl.mu.Unlock()
+	if first && fl.waiting.Load() > 0 {
+		runtime.Gosched()
+	}
 }
 
 // wait blocks until more than off bytes are ready, the flight failed, or ctx ends. It returns
@@ -112,11 +128,14 @@ func (fl *flight) wait(ctx context.Context, off int64) (*os.File, int64, error) 
 		if err != nil {
 			return nil, 0, err
 		}
+		fl.waiting.Add(1)
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			fl.waiting.Add(-1)
 			return nil, 0, fmt.Errorf("datacache: xorb %s bytes [%d,%d): %w", fl.l.Hash, fl.s.start, fl.s.end, context.Cause(ctx))
 		}
+		fl.waiting.Add(-1)
 	}
 }
 
