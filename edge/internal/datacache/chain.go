@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/xetcdn/xetcdn/shared/xet/xorb"
 )
@@ -26,6 +27,39 @@ import (
 // segments, so that a request's segments still spread over several connections and a reader of
 // its last segment does not wait long for the others (docs/decisions.md, "Why 8 MiB").
 const chainBytes = 8 << 20
+
+// DefaultRampWait bounds how long the later chains of one read or read-ahead wait for the
+// first chain's first verified bytes before they are requested (flight.ramp).
+const DefaultRampWait = 10 * time.Millisecond
+
+// ramp waits until the flight has its first verified bytes, has ended, ctx ends, or d passed.
+//
+// A read or read-ahead starts its first chain at once and the others after ramp: a cold
+// download's first byte is in the first chain, and the origin answers a burst of requests in no
+// particular order (its runtime readies the newest connection first), so one client's eight
+// ranges of eight chains each, all asked at once, kept the first chain's answer behind up to
+// sixty others for up to a quarter of a second (perf/BENCHMARKS.md, 2026-12-04 first byte over
+// TLS). d caps what the ramp costs a far origin, whose first bytes take a round trip: the later
+// chains then start d late, not a round trip late.
+func (fl *flight) ramp(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		fl.mu.Lock()
+		ch, ok := fl.progress, fl.ready > 0 || fl.done || fl.err != nil
+		fl.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
 
 // chain is the origin answer the flights of one chain share. Its flights run in one goroutine,
 // one at a time, so it needs no lock.

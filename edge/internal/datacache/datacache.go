@@ -4,7 +4,8 @@
 //	ReadRange(l, start, end) ─► chunk-aligned segments of ~SegmentBytes covering [start, end)
 //	      │ each segment
 //	      ├─ on disk and verified ─────────────────────────────────► read the file (hit)
-//	      └─ otherwise ─► the segment's one flight (flight.go), ≤ FillParallelism per Range
+//	      └─ otherwise ─► the segment's one flight (flight.go), ≤ FillParallelism per Range,
+//	                      the first chain first (flight.ramp)
 //	                        ├─ on disk, not yet verified since Open ─► verify ─► read the file
 //	                        └─ Fetcher, under context.WithoutCancel + FillTimeout
 //	                             ─► pooled receive buffer ─► each chunk verified as it completes
@@ -129,6 +130,9 @@ type Cache struct {
 	flights map[key]*flight // running fills, by segment; guarded by mu
 	// chainMax bounds the bytes of one chained origin request (chainBytes; tests lower it).
 	chainMax int64
+	// rampWait bounds how long a read or read-ahead holds its later chains back for its first
+	// chain's first bytes (DefaultRampWait; tests change it).
+	rampWait time.Duration
 }
 
 // Open prepares o.Dir (removing unfinished fills) and indexes the segment files a previous run
@@ -160,7 +164,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes, o.SegmentBytes), pool: newPool(o.BufferMemory),
-		flights: make(map[key]*flight), chainMax: chainBytes, pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
+		flights: make(map[key]*flight), chainMax: chainBytes, rampWait: DefaultRampWait, pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {
 		return nil, fmt.Errorf("datacache: open %s: %w", o.Dir, err)
@@ -239,7 +243,7 @@ func (c *Cache) ReadRange(ctx context.Context, l *xorb.Layout, start, end int64)
 		var lctx context.Context
 		lctx, rr.cancel = context.WithCancel(ctx)
 		rr.launched = make(chan struct{})
-		go c.launch(lctx, l, segs, rr, missing)
+		c.launch(lctx, l, segs, rr, missing)
 		if err := rr.waitFirst(); err != nil {
 			rr.Close()
 			return nil, err
@@ -259,27 +263,24 @@ func (r *Range) waitFirst() error {
 
 // launch gives the missed parts of rr their flights, in order: consecutive missed segments in
 // chains of up to chainBytes (c.chainMax), one origin request each (chain.go), with at most FillParallelism
-// chains unfinished at once. It stops when ctx ends (the Range was closed or its request
-// ended): the parts it did not reach fail with ctx's error.
+// chains unfinished at once. The first chain is started (or joined) before launch returns, so
+// that the caller waits on its flight directly; the others are started by a goroutine, which
+// closes rr.launched when it is done, once the first chain has its first bytes or rampWait has
+// passed (flight.ramp). Starting goroutines readies them ahead of the caller on a
+// busy processor, and a first byte that waited behind a launcher starting dozens of fills came
+// milliseconds late (perf/BENCHMARKS.md, 2026-12-04 first byte over TLS). The launcher stops
+// when ctx ends (the Range was closed or its request ended): the parts it did not reach fail
+// with ctx's error.
 func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Range, missing []int) {
-	defer close(rr.launched)
 	slots := make(chan struct{}, c.o.FillParallelism)
 	ss := make([]span, len(missing))
 	for g, i := range missing {
 		ss[g] = segs[i]
 	}
+	groups := c.chains(ss)
 	k := 0 // the first part of the next chain, in missing
-	for _, cs := range c.chains(ss) {
+	start := func(cs []span) {
 		group := missing[k : k+len(cs)]
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			for _, j := range missing[k:] {
-				rr.parts[j].err = fmt.Errorf("datacache: xorb %s: %w", l.Hash, context.Cause(ctx))
-				close(rr.parts[j].rdy)
-			}
-			return
-		}
 		k += len(cs)
 		fls, err := c.acquireChain(l, cs, true)
 		if err != nil {
@@ -288,7 +289,7 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 				close(rr.parts[i].rdy)
 			}
 			<-slots
-			continue
+			return
 		}
 		for g, i := range group {
 			rr.parts[i].fl = fls[g]
@@ -301,6 +302,27 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 			<-slots
 		}()
 	}
+	slots <- struct{}{} // an empty channel of capacity ≥ 1
+	start(groups[0])
+	first := &rr.parts[missing[0]]
+	go func() {
+		defer close(rr.launched)
+		if len(groups) > 1 && first.err == nil {
+			first.fl.ramp(ctx, c.rampWait)
+		}
+		for _, cs := range groups[1:] {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				for _, j := range missing[k:] {
+					rr.parts[j].err = fmt.Errorf("datacache: xorb %s: %w", l.Hash, context.Cause(ctx))
+					close(rr.parts[j].rdy)
+				}
+				return
+			}
+			start(cs)
+		}
+	}()
 }
 
 func (c *Cache) isClosed() bool {

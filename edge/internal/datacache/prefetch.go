@@ -41,7 +41,9 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 	}
 	// Consecutive segments to fill go in chains, one origin request each (chain.go); each
 	// segment of a chain takes one read-ahead slot until its fill ends, and a chain is cut where
-	// the slots run out.
+	// the slots run out. The first chain starts now, the others once it has its first bytes
+	// (flight.ramp, as a read's chains).
+	var runs [][]span
 	for _, ss := range c.chains(todo) {
 		n := 0
 		for n < len(ss) && c.pool.inUse.Load() <= c.pool.ceiling/2 && c.pre.sem.TryAcquire(1) {
@@ -50,25 +52,54 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 		if n < len(ss) {
 			c.m.prefetch.WithLabelValues("skipped").Add(float64(len(ss) - n))
 		}
-		if n == 0 {
-			continue
+		if n > 0 {
+			runs = append(runs, ss[:n])
+			started += n
 		}
-		fls, err := c.acquireChain(l, ss[:n], false)
-		if err != nil {
-			c.pre.sem.Release(int64(n))
-			return started, err
+	}
+	if len(runs) == 0 {
+		return 0, nil
+	}
+	first, err := c.prefetchChain(l, runs[0])
+	if err != nil {
+		for _, ss := range runs {
+			c.pre.sem.Release(int64(len(ss)))
 		}
-		c.m.prefetch.WithLabelValues("started").Add(float64(n))
-		started += n
+		return 0, err
+	}
+	if len(runs) > 1 {
 		go func() {
-			for _, fl := range fls {
-				<-fl.doneCh // bounded by the fill's timeout
-				fl.release()
-				c.pre.sem.Release(1)
+			first.ramp(c.closing, c.rampWait)
+			for i, ss := range runs[1:] {
+				if _, err := c.prefetchChain(l, ss); err != nil {
+					for _, ss := range runs[1+i:] {
+						c.pre.sem.Release(int64(len(ss)))
+					}
+					return
+				}
 			}
 		}()
 	}
 	return started, nil
+}
+
+// prefetchChain starts (or joins) the fills of consecutive segments ss as read-ahead, whose
+// slots the caller holds; the slots and references go back as the fills end. It returns the
+// first flight.
+func (c *Cache) prefetchChain(l *xorb.Layout, ss []span) (*flight, error) {
+	fls, err := c.acquireChain(l, ss, false)
+	if err != nil {
+		return nil, err
+	}
+	c.m.prefetch.WithLabelValues("started").Add(float64(len(ss)))
+	go func() {
+		for _, fl := range fls {
+			<-fl.doneCh // bounded by the fill's timeout
+			fl.release()
+			c.pre.sem.Release(1)
+		}
+	}()
+	return fls[0], nil
 }
 
 // CachedAt reports whether the chunk of xorb h that starts at stored byte off is cached and
