@@ -401,7 +401,9 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("datacache: read xorb %s bytes [%d,%d): %w", fl.l.Hash, fl.s.start+v.pos, fl.s.end, err)
 		}
-		if ctx.Err() != nil {
+		if !v.done() && ctx.Err() != nil {
+			// A segment verified to its end is kept even when the fill's context ends now
+			// (the cache closing right after its last reader returned): it is complete.
 			return context.Cause(ctx)
 		}
 	}
