@@ -195,9 +195,16 @@ func (b batch) end() error {
 	if b.bc == nil {
 		return nil
 	}
-	ferr := http.NewResponseController(b.w).Flush()
-	if errors.Is(ferr, http.ErrNotSupported) {
-		ferr = nil
+	return errors.Join(flushHTTP(b.w), b.bc.end())
+}
+
+// flushHTTP writes what net/http holds of w's answer (headers, small writes) to the
+// connection. It goes through http.ResponseController, which reaches the server's writer
+// through the wrappers' Unwrap (httpserver.Recorder does not implement http.Flusher itself).
+func flushHTTP(w http.ResponseWriter) error {
+	err := http.NewResponseController(w).Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
 	}
-	return errors.Join(ferr, b.bc.end())
+	return err
 }

@@ -155,10 +155,12 @@ func (p *span) copyFlushing(w io.Writer, buf []byte) (int64, error) {
 	return n, nil
 }
 
-// flush writes out what w and the batching connection hold.
+// flush writes out what w (the answer's http.ResponseWriter) and the batching connection hold.
 func (p *span) flush(w io.Writer) error {
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
+	if rw, ok := w.(http.ResponseWriter); ok {
+		if err := flushHTTP(rw); err != nil {
+			return err
+		}
 	}
 	if p.bc == nil {
 		return nil

@@ -541,9 +541,13 @@ func (r *stallReader) Read(p []byte) (int, error) {
 // range whose fill has verified two chunks (far less than a batch) and waits for the origin
 // gives the client those two chunks now, not when a batch is full or the fill ends.
 func TestBatchedTLSFlushesBeforeWaiting(t *testing.T) {
-	body, l := testXorb(t, 1, 24, 20000)
-	_, twoEnd := l.ByteRange(0, 2)
-	sf := &stallFetcher{body: body, first: int64(twoEnd), gate: make(chan struct{})}
+	for _, size := range []int{20000, 1000} { // 1000: two chunks fit net/http's own 4 KiB buffer
+		t.Run(fmt.Sprint(size), func(t *testing.T) { batchedTLSFlushesBeforeWaiting(t, size) })
+	}
+}
+
+func batchedTLSFlushesBeforeWaiting(t *testing.T, chunkSize int) {
+	sf := &stallFetcher{gate: make(chan struct{})}
 	var once sync.Once
 	release := func() { once.Do(func() { close(sf.gate) }) }
 	t.Cleanup(release)
@@ -553,7 +557,10 @@ func TestBatchedTLSFlushesBeforeWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dc.Close() })
-	fx := newTransferFixture(t, 24, 20000, func(o *Options) { o.Bytes = dc })
+	fx := newTransferFixture(t, 24, chunkSize, func(o *Options) { o.Bytes = dc })
+	body := fx.body
+	_, twoEnd := fx.l.ByteRange(0, 2)
+	sf.body, sf.first = body, int64(twoEnd) // before the first request reaches the fetcher
 	srv := newBatchedTLSServer(t, fx.srv.Handler(), nil)
 	whole := fx.chunkBytes(0, 24)
 
