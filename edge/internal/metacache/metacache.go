@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,22 @@ type Cache struct {
 	m      *metrics
 	sets   atomic.Int64 // successful Set calls, for Usable
 	resets atomic.Int64 // visibility table resets
+
+	// Layout batches (WarmLayouts): the running ones by xorb, so that a Layout call for one of
+	// their xorbs waits for the batch instead of asking the origin itself.
+	wmu     sync.Mutex
+	warming map[hash.Hash]*warmCall
+	bg      sync.WaitGroup  // running batches: Close ends them and waits before closing ristretto
+	closing context.Context // the batches' context, cancelled by Close (stop)
+	stop    context.CancelFunc
+}
+
+// warmCall is one WarmLayouts batch: done is closed when got (the layouts the origin had) and
+// err are set.
+type warmCall struct {
+	done chan struct{}
+	got  map[hash.Hash]*xorb.Layout
+	err  error
 }
 
 // New builds a Cache.
@@ -131,7 +148,8 @@ func New(o Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metacache: %w", err)
 	}
-	c := &Cache{origin: o.Origin, rc: rc, fillTO: o.FillTimeout}
+	c := &Cache{origin: o.Origin, rc: rc, fillTO: o.FillTimeout, warming: map[hash.Hash]*warmCall{}}
+	c.closing, c.stop = context.WithCancel(context.Background())
 	c.m = newMetrics(o.Registerer, rc, &c.resets)
 	c.files, err = filecache.New(filecache.Options{Backend: o.Origin, Records: records{c},
 		VisibilityTTL: o.VisibilityTTL, MaxVisibility: o.MaxVisibility, FillTimeout: o.FillTimeout, Now: o.Now,
@@ -145,6 +163,7 @@ func New(o Options) (*Cache, error) {
 			Refresh:   func(result string) { c.m.refreshes.WithLabelValues(result).Inc() },
 		}})
 	if err != nil {
+		c.stop()
 		rc.Close()
 		return nil, fmt.Errorf("metacache: %w", err)
 	}
@@ -163,6 +182,8 @@ func (r records) Set(rec *recon.FileRecord) {
 // may be running or follow.
 func (c *Cache) Close() {
 	c.files.Close()
+	c.stop()
+	c.bg.Wait()
 	c.rc.Close()
 }
 
@@ -212,6 +233,9 @@ func (c *Cache) Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error) {
 		return l, nil
 	}
 	c.m.misses.WithLabelValues("layout").Inc()
+	if l, err := c.joinWarm(ctx, h); l != nil || err != nil {
+		return l, err
+	}
 	v, err := c.fill(ctx, layoutKey(h), func(ctx context.Context) (any, error) {
 		if l, ok := c.cachedLayout(h); ok {
 			return l, nil
@@ -231,6 +255,96 @@ func (c *Cache) Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error) {
 		return nil, fmt.Errorf("layout of xorb %s: %w", h, err)
 	}
 	return v.(*xorb.Layout), nil
+}
+
+// WarmLayouts fetches the layouts of the xorbs hs that are neither cached nor being fetched, in
+// one origin request (the first originapi.MaxLayoutsPerCall of them), and caches them. A Layout
+// call for one of them meanwhile waits for this request instead of sending its own. The
+// request runs on under FillTimeout when ctx ends (WarmLayouts then returns ctx's error), so
+// the callers waiting for it are not cut short by the one that started it. Used before a cold
+// answer goes out (server.readAhead): its client's transfer requests, several at once, then
+// find their layouts here instead of each asking the origin.
+func (c *Cache) WarmLayouts(ctx context.Context, hs []hash.Hash) error {
+	call := &warmCall{done: make(chan struct{})}
+	var todo []hash.Hash
+	c.wmu.Lock()
+	for _, h := range hs {
+		if len(todo) == originapi.MaxLayoutsPerCall {
+			break
+		}
+		if _, busy := c.warming[h]; busy {
+			continue
+		}
+		if _, ok := c.cachedLayout(h); ok {
+			continue
+		}
+		c.warming[h] = call
+		todo = append(todo, h)
+	}
+	if len(todo) > 0 {
+		c.bg.Add(1)
+	}
+	c.wmu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	c.m.warmed.Add(float64(len(todo)))
+	go func() {
+		defer c.bg.Done()
+		fctx, cancel := context.WithTimeout(c.closing, c.fillTO)
+		m, err := c.origin.Layouts(fctx, todo)
+		cancel()
+		got := make(map[hash.Hash]*xorb.Layout, len(todo))
+		for _, h := range todo {
+			if l := m[h]; l != nil && l.Hash == h {
+				got[h] = l
+				c.set(layoutKey(h), l, layoutCost(l))
+			}
+		}
+		call.got, call.err = got, err
+		close(call.done)
+		// ristretto applies a Set in the background: until it has, a lookup would miss and ask
+		// the origin again, so the batch stays joinable until then.
+		c.rc.Wait()
+		c.wmu.Lock()
+		for _, h := range todo {
+			if c.warming[h] == call {
+				delete(c.warming, h)
+			}
+		}
+		c.wmu.Unlock()
+	}()
+	select {
+	case <-call.done:
+		if call.err != nil {
+			return fmt.Errorf("layouts of %d xorbs: %w", len(todo), call.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// joinWarm waits for the running WarmLayouts batch that fetches xorb h, if any, and returns the
+// layout it got. (nil, nil): no batch, or the batch failed or did not get h (the caller then
+// asks the origin itself, which says why); an error only when ctx ended first.
+func (c *Cache) joinWarm(ctx context.Context, h hash.Hash) (*xorb.Layout, error) {
+	c.wmu.Lock()
+	call := c.warming[h]
+	c.wmu.Unlock()
+	if call == nil {
+		return nil, nil
+	}
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("layout of xorb %s: %w", h, context.Cause(ctx))
+	}
+	if l := call.got[h]; l != nil {
+		c.m.collapsed.Inc()
+		return l, nil
+	}
+	return nil, nil
 }
 
 func (c *Cache) cachedLayout(h hash.Hash) (*xorb.Layout, bool) {
@@ -284,6 +398,7 @@ type metrics struct {
 	collapsed    prometheus.Counter
 	revocations  prometheus.Counter
 	refreshes    *prometheus.CounterVec
+	warmed       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], resets *atomic.Int64) *metrics {
@@ -300,11 +415,13 @@ func newMetrics(reg prometheus.Registerer, rc *ristretto.Cache[string, any], res
 			Help: "Visibility revocations applied from the origin's event stream."}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_metacache_visibility_refreshes_total",
 			Help: "Refresh-ahead visibility re-checks, by result (started, skipped, renewed, hidden, failed, stale)."}, []string{"result"}),
+		warmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_metacache_layouts_warmed_total",
+			Help: "Xorb layouts asked of the origin in batches ahead of the transfer requests that need them (a cold answer's xorbs)."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.hits, m.misses, m.fills, m.collapsed, m.revocations, m.refreshes,
+	reg.MustRegister(m.hits, m.misses, m.fills, m.collapsed, m.revocations, m.refreshes, m.warmed,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xet_edge_metacache_dropped_sets_total",
 			Help: "Cache sets ristretto dropped (full set buffer) and did not apply."},
 			func() float64 { return float64(rc.Metrics.SetsDropped()) }),

@@ -3,6 +3,7 @@ package metacache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,8 @@ type fakeOrigin struct {
 	layoutsN atomic.Int64
 	gate     chan struct{} // nil: no waiting
 	entered  chan struct{} // receives once per File call when not nil (buffered 1)
+	lgate    chan struct{} // Layouts waits for it when not nil
+	asked    [][]hash.Hash // the hashes of every Layouts call, guarded by mu
 }
 
 func (f *fakeOrigin) wait(ctx context.Context) error {
@@ -77,6 +80,16 @@ func (f *fakeOrigin) Visible(ctx context.Context, h hash.Hash, scope string) err
 
 func (f *fakeOrigin) Layouts(ctx context.Context, hs []hash.Hash) (map[hash.Hash]*xorb.Layout, error) {
 	f.layoutsN.Add(1)
+	f.mu.Lock()
+	f.asked = append(f.asked, append([]hash.Hash(nil), hs...))
+	f.mu.Unlock()
+	if f.lgate != nil {
+		select {
+		case <-f.lgate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	out := map[hash.Hash]*xorb.Layout{}
 	for _, h := range hs {
 		if l := f.layouts[h]; l != nil {
@@ -337,6 +350,107 @@ func TestRefreshAheadStopsServingAHiddenFile(t *testing.T) {
 		// The answer renewed at 25 s lives to 55 s and is re-checked at 50 s: 10 s after the hide.
 		if stopped == 0 || stopped > 15*time.Second {
 			t.Fatalf("served %v after the hide (0: never stopped), want it stopped by the re-check at 50 s", stopped)
+		}
+	})
+}
+
+// addLayouts gives the fake origin n more xorbs and returns their hashes.
+func (f *fakeOrigin) addLayouts(n int) []hash.Hash {
+	var hs []hash.Hash
+	for i := range n {
+		b := xorb.NewBuilder(xorb.None)
+		data := []byte(fmt.Sprintf("xorb %d", i))
+		b.Add(data, hash.Chunk(data))
+		_, l := b.Finish()
+		f.layouts[l.Hash] = l
+		hs = append(hs, l.Hash)
+	}
+	return hs
+}
+
+// TestWarmLayouts: WarmLayouts asks the origin once for the layouts neither cached nor being
+// fetched; a Layout call for one of them meanwhile waits for that batch instead of asking
+// itself, also after the batch's caller gave up; afterwards they are hits. A xorb the batch did
+// not get is asked again by Layout, which says it is missing.
+func TestWarmLayouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := newFake()
+		hs := f.addLayouts(3)
+		missing := hash.Chunk([]byte("no such xorb"))
+		c := newCache(t, f, nil)
+		if _, err := c.Layout(context.Background(), hs[0]); err != nil {
+			t.Fatal(err)
+		}
+		c.Wait()
+		f.lgate = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		warmErr := make(chan error, 1)
+		go func() { warmErr <- c.WarmLayouts(ctx, append(hs, missing, hs[1])) }()
+		synctest.Wait()
+		var joined *xorb.Layout
+		var joinErr error
+		done := make(chan struct{})
+		go func() { defer close(done); joined, joinErr = c.Layout(context.Background(), hs[1]) }()
+		synctest.Wait()
+		// A second batch while the first runs asks for nothing the first asks for.
+		if err := c.WarmLayouts(context.Background(), hs); err != nil {
+			t.Fatal(err)
+		}
+		cancel() // the batch's caller leaves; the batch goes on for the Layout call waiting on it
+		if err := <-warmErr; !errors.Is(err, context.Canceled) {
+			t.Errorf("WarmLayouts after its ctx ended: %v, want context.Canceled", err)
+		}
+		close(f.lgate)
+		<-done
+		if joinErr != nil || joined == nil || joined.Hash != hs[1] {
+			t.Fatalf("Layout during the batch: %v, %v", joined, joinErr)
+		}
+		synctest.Wait()
+		f.mu.Lock()
+		asked := f.asked
+		f.mu.Unlock()
+		if len(asked) != 2 || len(asked[1]) != 3 || asked[1][0] != hs[1] || asked[1][1] != hs[2] || asked[1][2] != missing {
+			t.Fatalf("origin Layouts calls %v, want [%v] then [%v %v %v]", asked, hs[0], hs[1], hs[2], missing)
+		}
+		for _, h := range hs {
+			if l, err := c.Layout(context.Background(), h); err != nil || l.Hash != h {
+				t.Fatalf("Layout after the batch: %v", err)
+			}
+		}
+		if n := f.layoutsN.Load(); n != 2 {
+			t.Fatalf("%d origin Layouts calls after the batch, want 2", n)
+		}
+		if _, err := c.Layout(context.Background(), missing); !errors.Is(err, ErrMissingLayout) {
+			t.Fatalf("a xorb the origin lacks: %v", err)
+		}
+		if n := f.layoutsN.Load(); n != 3 {
+			t.Fatalf("%d origin Layouts calls, want 3 (the missing xorb is asked again)", n)
+		}
+	})
+}
+
+// TestCloseEndsWarmLayouts: Close does not wait out a batch the origin holds: it ends it.
+func TestCloseEndsWarmLayouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := newFake()
+		hs := f.addLayouts(2)
+		f.lgate = make(chan struct{})
+		c, err := New(Options{Origin: f, MaxBytes: 1 << 20, ExpectedEntries: 100, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		if err := c.WarmLayouts(ctx, hs); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WarmLayouts past its deadline: %v", err)
+		}
+		closed := make(chan struct{})
+		go func() { c.Close(); close(closed) }()
+		synctest.Wait()
+		select {
+		case <-closed:
+		default:
+			t.Fatal("Close waits for a batch the origin holds")
 		}
 	})
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -18,6 +19,16 @@ import (
 // up to Options.ReadAheadBytes of them, so that the origin transfer is under way by the time
 // the client's transfer request arrives (which then joins the running fill or hits the cache).
 // It is an edge layer: the shared handlers and the origin never prefetch.
+//
+// Before the answer goes out, readAhead asks the origin, in one request, for the layouts of the
+// answer's first warmXorbs xorbs that the edge does not hold (LayoutWarmer), and starts the fill
+// of the first fetch range; the other ranges are started in the background. A cold client asks
+// for several ranges at once as soon as it has the answer: without this, each transfer request
+// asked the origin for its xorb's layout on its own, and the fill of the file's first bytes
+// reached the origin only after fills of later ranges had started streaming, behind which a
+// busy origin answered it 10-40 ms late (perf/BENCHMARKS.md, 2026-12-04, "a cold answer's
+// layouts"). The wait is bounded by Options.ReadAheadWait; a cold answer costs one more origin
+// round trip, which its transfer requests no longer pay.
 //
 // Bounds: at most readAheadRuns answers are being read ahead at once (layouts looked up and
 // fills started, under context.WithoutCancel + readAheadTimeout, not the request's context);
@@ -54,7 +65,19 @@ const (
 	// readAheadTimeout bounds one answer's read-ahead (layout lookups and starting fills; the
 	// fills themselves are bounded by the data cache's fill timeout).
 	readAheadTimeout = 30 * time.Second
+	// DefaultReadAheadWait is Options.ReadAheadWait when 0: past it a cold answer goes out
+	// without its layouts or first fill, and read-ahead goes on in the background.
+	DefaultReadAheadWait = time.Second
+	// warmXorbs is how many of a cold answer's xorbs have their layouts fetched before the
+	// answer goes out: as many ranges as a client fetches at once (xet and hf_xet: 8).
+	warmXorbs = 8
 )
+
+// LayoutWarmer is what Options.Meta may also do (*metacache.Cache): fetch the layouts of several
+// xorbs in one origin request, so that the transfer requests which follow find them cached.
+type LayoutWarmer interface {
+	WarmLayouts(ctx context.Context, hs []hash.Hash) error
+}
 
 // readAheadRange is a fetch range to read ahead: chunks [start, end) of xorb h.
 type readAheadRange struct {
@@ -90,38 +113,82 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	}
 	s.m.readAhead.WithLabelValues("started").Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readAheadTimeout)
+	left := s.o.ReadAheadBytes
+	// Before the answer goes out (top of this file): the layouts, then the first range's fill.
+	sctx, scancel := context.WithTimeout(ctx, s.o.ReadAheadWait)
+	if w, ok := s.o.Meta.(LayoutWarmer); ok {
+		if err := w.WarmLayouts(sctx, answerXorbs(a, warmXorbs)); err != nil {
+			s.log.DebugContext(ctx, "read-ahead: layouts", "err", err)
+		}
+	}
+	if sctx.Err() == nil {
+		switch err := s.prefetchRange(sctx, rs[0], &left); {
+		case err == nil:
+			rs = rs[1:]
+		case sctx.Err() == nil:
+			scancel()
+			s.readAheadFailed(ctx, rs[0], err)
+			cancel()
+			s.ra.runs.Release(1)
+			return
+		} // else slower than ReadAheadWait: the background goes on with it
+	}
+	scancel()
 	go func() {
 		defer s.ra.runs.Release(1)
 		defer cancel()
-		left := s.o.ReadAheadBytes
 		for _, r := range rs {
 			if left <= 0 {
 				return
 			}
-			l, err := s.o.Meta.Layout(ctx, r.h)
-			if err != nil {
-				s.m.readAhead.WithLabelValues("error").Inc()
-				s.log.DebugContext(ctx, "read-ahead: layout", "xorb", r.h.String(), "err", err)
-				return
-			}
-			if int(r.end) > l.NumChunks() || r.start >= r.end {
-				s.m.readAhead.WithLabelValues("error").Inc()
-				return
-			}
-			cs, ce := l.ByteRange(r.start, r.end)
-			if int64(ce-cs) > left {
-				// Clip to the chunk holding byte cs+left: a chunk boundary, as Prefetch needs.
-				j := firstEndAbove(l, int64(cs)+left-1)
-				_, ce = l.ByteRange(r.start, uint32(j)+1)
-			}
-			left -= int64(ce - cs)
-			if _, err := s.o.ReadAhead.Prefetch(l, int64(cs), int64(ce)); err != nil {
-				s.m.readAhead.WithLabelValues("error").Inc()
-				s.log.DebugContext(ctx, "read-ahead: prefetch", "xorb", r.h.String(), "err", err)
+			if err := s.prefetchRange(ctx, r, &left); err != nil {
+				s.readAheadFailed(ctx, r, err)
 				return
 			}
 		}
 	}()
+}
+
+// prefetchRange starts read-ahead of range r, at most *left bytes of it (clipped to a chunk
+// boundary), and takes what it started off *left.
+func (s *Server) prefetchRange(ctx context.Context, r readAheadRange, left *int64) error {
+	l, err := s.o.Meta.Layout(ctx, r.h)
+	if err != nil {
+		return err
+	}
+	if int(r.end) > l.NumChunks() || r.start >= r.end {
+		return fmt.Errorf("chunks [%d,%d) outside the layout's %d", r.start, r.end, l.NumChunks())
+	}
+	cs, ce := l.ByteRange(r.start, r.end)
+	if int64(ce-cs) > *left {
+		// Clip to the chunk holding byte cs+left: a chunk boundary, as Prefetch needs.
+		j := firstEndAbove(l, int64(cs)+*left-1)
+		_, ce = l.ByteRange(r.start, uint32(j)+1)
+	}
+	*left -= int64(ce - cs)
+	_, err = s.o.ReadAhead.Prefetch(l, int64(cs), int64(ce))
+	return err
+}
+
+// readAheadFailed counts and logs a read-ahead that stops at range r.
+func (s *Server) readAheadFailed(ctx context.Context, r readAheadRange, err error) {
+	s.m.readAhead.WithLabelValues("error").Inc()
+	s.log.DebugContext(ctx, "read-ahead stopped", "xorb", r.h.String(), "err", err)
+}
+
+// answerXorbs lists the distinct xorbs of a's first terms in term order, at most n of them
+// (looking at no more than 4·n·readAheadRanges terms).
+func answerXorbs(a *recon.Answer, n int) []hash.Hash {
+	var out []hash.Hash
+	seen := make(map[int]bool, n)
+	for i := 0; i < a.Len() && i < 4*n*readAheadRanges && len(out) < n; i++ {
+		x := a.FetchIndex(i)
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, a.Xorbs[x].Hash)
+		}
+	}
+	return out
 }
 
 // firstRanges lists the fetch ranges (merged chunk ranges of the answer's Xorbs) of a's terms

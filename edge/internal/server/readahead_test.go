@@ -3,12 +3,15 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +232,182 @@ func TestFirstRanges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// warmMeta is a fakeMeta that is also a LayoutWarmer: it records every WarmLayouts call, and
+// its Layout takes delay (or, for xorb gated, waits for gate) or fails for xorb broken.
+type warmMeta struct {
+	fakeMeta
+	delay  time.Duration
+	gated  hash.Hash
+	gate   chan struct{}
+	broken hash.Hash
+	mu     sync.Mutex
+	warmed [][]hash.Hash
+}
+
+func (m *warmMeta) WarmLayouts(_ context.Context, hs []hash.Hash) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.warmed = append(m.warmed, append([]hash.Hash(nil), hs...))
+	return nil
+}
+
+func (m *warmMeta) Layout(ctx context.Context, h hash.Hash) (*xorb.Layout, error) {
+	time.Sleep(m.delay)
+	switch h {
+	case m.gated:
+		select {
+		case <-m.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	case m.broken:
+		return nil, errors.New("warmMeta: broken layout")
+	}
+	return m.fakeMeta.Layout(ctx, h)
+}
+
+// prefetchLog is a ReadAhead that records its Prefetch calls and whether the answer had been
+// written when each was made.
+type prefetchLog struct {
+	answered *atomic.Bool
+	mu       sync.Mutex
+	calls    []prefetchCall
+}
+
+type prefetchCall struct {
+	h          hash.Hash
+	start, end int64
+	afterWrite bool
+}
+
+func (p *prefetchLog) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, prefetchCall{l.Hash, start, end, p.answered.Load()})
+	return 1, nil
+}
+
+func (p *prefetchLog) CachedAt(hash.Hash, int64) bool { return false }
+
+func (p *prefetchLog) snapshot() []prefetchCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]prefetchCall(nil), p.calls...)
+}
+
+// writeMark is a ResponseWriter that sets answered at the answer's first byte.
+type writeMark struct {
+	http.ResponseWriter
+	answered *atomic.Bool
+}
+
+func (w writeMark) Write(b []byte) (int, error) {
+	w.answered.Store(true)
+	return w.ResponseWriter.Write(b)
+}
+
+// TestColdAnswerReadsAheadFirst: before a cold answer goes out, the layouts of its first
+// warmXorbs xorbs were asked for in one batch (in term order, each once) and the fill of its
+// first fetch range was started; the other ranges follow in the background. A first layout
+// slower than ReadAheadWait does not hold the answer longer (read-ahead goes on afterwards),
+// and one that fails stops read-ahead, counted once.
+func TestColdAnswerReadsAheadFirst(t *testing.T) {
+	rec, layouts := worstFile(t, 10, 200, 12) // term i in xorb i mod 10: ten xorbs, two seen twice
+	a, err := recon.Plan(rec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []hash.Hash // the xorbs in term order
+	for i := range a.Len() {
+		order = append(order, a.Term(i).Xorb)
+	}
+	run := func(t *testing.T, m *warmMeta, wait time.Duration) (*Server, *prefetchLog, time.Duration) {
+		t.Helper()
+		m.fakeMeta = fakeMeta{layouts: layouts, files: map[hash.Hash]*recon.FileRecord{rec.Hash: rec}}
+		answered := &atomic.Bool{}
+		p := &prefetchLog{answered: answered}
+		signer, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.invalid", Key: bytes.Repeat([]byte{7}, urlsign.MinKeyLen)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		origin, _ := url.Parse("http://127.0.0.1:1")
+		srv, err := New(Options{Meta: m, Bytes: noBytes{}, ReadAhead: p, ReadAheadBytes: 5 * 10 * (xorb.HeaderSize + 60), // x0 and x1 hold two terms each, in one range
+			ReadAheadWait: wait, Tokens: readTokens{}, Signer: signer, Origin: origin, Permits: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		began := time.Now()
+		srv.Handler().ServeHTTP(writeMark{w, answered}, httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil))
+		took := time.Since(began)
+		if w.Code != http.StatusOK {
+			t.Fatalf("reconstruction: %d %s", w.Code, w.Body.String())
+		}
+		return srv, p, took
+	}
+	finish := func(t *testing.T, srv *Server) {
+		t.Helper()
+		if err := srv.ra.runs.Acquire(context.Background(), readAheadRuns); err != nil {
+			t.Fatal(err)
+		}
+		srv.ra.runs.Release(readAheadRuns)
+	}
+
+	t.Run("first range before the answer", func(t *testing.T) {
+		m := &warmMeta{delay: 20 * time.Millisecond}
+		srv, p, _ := run(t, m, time.Second)
+		m.mu.Lock()
+		warmed := m.warmed
+		m.mu.Unlock()
+		if len(warmed) != 1 || len(warmed[0]) != warmXorbs {
+			t.Fatalf("WarmLayouts calls %v, want one of %d xorbs", warmed, warmXorbs)
+		}
+		for i, h := range warmed[0] {
+			if h != order[i] {
+				t.Fatalf("WarmLayouts asked %v, want the answer's first %d xorbs in term order", warmed[0], warmXorbs)
+			}
+		}
+		calls := p.snapshot()
+		if len(calls) == 0 || calls[0].h != order[0] || calls[0].afterWrite {
+			t.Fatalf("prefetches when the answer went out: %+v, want the first range's, made before it", calls)
+		}
+		finish(t, srv)
+		calls = p.snapshot()
+		if len(calls) != 3 || calls[1].h != order[1] || calls[2].h != order[2] {
+			t.Fatalf("prefetches %+v, want the first three ranges", calls)
+		}
+	})
+
+	t.Run("slow layout does not hold the answer", func(t *testing.T) {
+		m := &warmMeta{gated: order[0], gate: make(chan struct{})}
+		srv, p, took := run(t, m, 50*time.Millisecond)
+		if took > 5*time.Second {
+			t.Fatalf("the answer waited %v for a layout, bound 50ms", took)
+		}
+		if calls := p.snapshot(); len(calls) != 0 {
+			t.Fatalf("prefetches before the layout came: %+v", calls)
+		}
+		close(m.gate)
+		finish(t, srv)
+		if calls := p.snapshot(); len(calls) != 3 || calls[0].h != order[0] || !calls[0].afterWrite {
+			t.Fatalf("prefetches %+v, want the first three ranges, after the answer", calls)
+		}
+		if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("error")); v != 0 {
+			t.Fatalf("xet_edge_readahead_total{error} = %v after a slow layout, want 0", v)
+		}
+	})
+
+	t.Run("failed layout stops read-ahead", func(t *testing.T) {
+		m := &warmMeta{broken: order[0]}
+		srv, p, _ := run(t, m, time.Second)
+		finish(t, srv)
+		if calls := p.snapshot(); len(calls) != 0 {
+			t.Fatalf("prefetches after the first layout failed: %+v", calls)
+		}
+		if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("error")); v != 1 {
+			t.Fatalf("xet_edge_readahead_total{error} = %v, want 1", v)
+		}
+	})
 }

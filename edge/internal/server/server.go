@@ -109,6 +109,9 @@ type Options struct {
 	// bytes read ahead per answer: 0 means DefaultReadAheadBytes, negative turns it off.
 	ReadAhead      ReadAhead
 	ReadAheadBytes int64
+	// ReadAheadWait bounds how long a cold answer waits, before it goes out, for its xorbs'
+	// layouts and the start of its first fill (readahead.go); 0 means DefaultReadAheadWait.
+	ReadAheadWait time.Duration
 	// Ready reports whether the edge can serve (/readyz); nil means always.
 	Ready func(ctx context.Context) error
 	// CorruptErrs are extra sentinels meaning "corrupt bytes from the origin" (the data
@@ -164,6 +167,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.URLExpiryRound == 0 {
 		o.URLExpiryRound = DefaultURLExpiryRound
+	}
+	if o.ReadAheadWait <= 0 {
+		o.ReadAheadWait = DefaultReadAheadWait
 	}
 	if o.ReadAheadBytes == 0 {
 		o.ReadAheadBytes = DefaultReadAheadBytes
