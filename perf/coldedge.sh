@@ -2,8 +2,8 @@
 # coldedge.sh — a cold edge against the origin it sits in front of (issue 11), side by side in
 # one run: `xet download` of one large random file straight from the origin (plain HTTP), then
 # through a freshly started edge (empty data directory) over its plain HTTP listener and over
-# TLS. Per download: wall time, time to first byte (the first byte written to the output file,
-# polled every 10 ms), and for the edge downloads the edge process's CPU seconds spent on the
+# TLS. Per download: wall time, time to first byte (the first byte read from `xet download -o -`'s
+# pipe, see download below), and for the edge downloads the edge process's CPU seconds spent on the
 # download (utime+stime from /proc/PID/stat, after minus before) and its peak RSS (VmHWM).
 #
 #   perf/coldedge.sh [REV[@CONFIG] ...]   e.g. perf/coldedge.sh main HEAD   (default: the work tree)

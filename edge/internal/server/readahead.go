@@ -107,6 +107,9 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 		return
 	}
 	rs := firstRanges(a, s.o.ReadAheadBytes, readAheadRanges)
+	if len(rs) == 0 {
+		return
+	}
 	if !s.ra.runs.TryAcquire(1) {
 		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
 		return
