@@ -34,6 +34,10 @@ import (
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
 )
 
+// The edge's metadata cache fetches a cold answer's layouts in one request (server.readAhead
+// asks Options.Meta for it by type assertion).
+var _ server.LayoutWarmer = (*metacache.Cache)(nil)
+
 // transferKeyFile holds the HMAC key of the edge's transfer URLs (32 bytes, mode 0600). Edges
 // behind one load balancer must share it (cache.key_dir on shared storage, or a copied file).
 const transferKeyFile = "transfer.key"

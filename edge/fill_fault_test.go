@@ -245,6 +245,10 @@ func TestColdClientsShareOneOriginTransfer(t *testing.T) {
 	}
 	e := startEdge(t, o, t.TempDir())
 	ef := edgeFetches(t, e, r, fx.hash)[0]
+	// The cold answer fetched its xorb's layout ahead of the transfer requests (server.readAhead).
+	if v := e.metric(t, "xet_edge_metacache_layouts_warmed_total"); v != 1 {
+		t.Fatalf("xet_edge_metacache_layouts_warmed_total = %v after a cold answer naming one xorb, want 1", v)
+	}
 
 	const clients = 16
 	var wg sync.WaitGroup
