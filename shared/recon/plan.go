@@ -30,7 +30,8 @@ type XorbFetch struct {
 type Answer struct {
 	// Offset is offset_into_first_range: bytes to drop from the first term's output.
 	Offset uint64
-	// Xorbs holds the fetch ranges, one element per distinct xorb of the emitted terms.
+	// Xorbs holds the fetch ranges, one element per distinct xorb of the emitted terms, in the
+	// order of each xorb's first term.
 	Xorbs []XorbFetch
 
 	terms      []Term  // the record's terms from the first to the last emitted one

@@ -179,17 +179,11 @@ func (s *Server) readAheadFailed(ctx context.Context, r readAheadRange, err erro
 	s.log.DebugContext(ctx, "read-ahead stopped", "xorb", r.h.String(), "err", err)
 }
 
-// answerXorbs lists the distinct xorbs of a's first terms in term order, at most n of them
-// (looking at no more than 4·n·readAheadRanges terms).
+// answerXorbs lists the first n distinct xorbs of a in term order (a.Xorbs is in that order).
 func answerXorbs(a *recon.Answer, n int) []hash.Hash {
-	var out []hash.Hash
-	seen := make(map[int]bool, n)
-	for i := 0; i < a.Len() && i < 4*n*readAheadRanges && len(out) < n; i++ {
-		x := a.FetchIndex(i)
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, a.Xorbs[x].Hash)
-		}
+	out := make([]hash.Hash, min(n, len(a.Xorbs)))
+	for i := range out {
+		out[i] = a.Xorbs[i].Hash
 	}
 	return out
 }
