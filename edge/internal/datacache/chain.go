@@ -204,6 +204,9 @@ func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read bool) ([]*flight, e
 	for i, s := range ss {
 		k := key{h: l.Hash, start: s.start, len: s.len()}
 		if fl := c.flights[k]; fl != nil {
+			if read {
+				c.demand(fl)
+			}
 			fl.mu.Lock()
 			fl.refs++
 			fl.joined += joined
@@ -214,8 +217,12 @@ func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read bool) ([]*flight, e
 			}
 			continue
 		}
-		fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: joined}
+		c.seq++
+		fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: joined, seq: c.seq}
 		c.flights[k] = fl
+		if read {
+			c.demand(fl)
+		}
 		c.fills.Add(1)
 		c.m.inFlight.Inc()
 		out[i] = fl

@@ -44,6 +44,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -128,6 +129,12 @@ type Cache struct {
 	closed  bool
 	fills   sync.WaitGroup
 	flights map[key]*flight // running fills, by segment; guarded by mu
+	seq     uint64          // the last flight's number (flight.seq); guarded by mu
+	gate    *gate           // orders the fills' verification and writes by need (gate.go)
+	// demanded counts the running flights a read joined (flight.demanded) and idle is closed
+	// while it is 0 (PrefetchIdle waits on it); both guarded by mu.
+	demanded int
+	idle     chan struct{}
 	// chainMax bounds the bytes of one chained origin request (chainBytes; tests lower it).
 	chainMax int64
 	// rampWait bounds how long a read or read-ahead holds its later chains back for its first
@@ -164,7 +171,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{o: o, log: o.Logger, idx: newIndex(o.Dir, o.MaxBytes, o.SegmentBytes), pool: newPool(o.BufferMemory),
-		flights: make(map[key]*flight), chainMax: chainBytes, rampWait: DefaultRampWait, pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
+		flights: make(map[key]*flight), gate: newGate(runtime.GOMAXPROCS(0) - 1), idle: closedChan(), chainMax: chainBytes, rampWait: DefaultRampWait, pre: prefetcher{sem: semaphore.NewWeighted(int64(o.PrefetchSegments))}}
 	evicted, removed, err := c.idx.load()
 	if err != nil {
 		return nil, fmt.Errorf("datacache: open %s: %w", o.Dir, err)
@@ -323,6 +330,12 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 			start(cs)
 		}
 	}()
+}
+
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 func (c *Cache) isClosed() bool {

@@ -600,3 +600,84 @@ func TestAllocBudgetVerify(t *testing.T) {
 	run() // warm the pool
 	allocbudget.Check(t, "edge/datacache-verify-64-chunks", 10, run)
 }
+
+// TestPrefetchIdle: read-ahead of an answer's rest starts nothing while a fill a client's read
+// joined is running, then fills all of its range once that ends; a context that ends first
+// stops it with nothing started.
+func TestPrefetchIdle(t *testing.T) {
+	o := buildXorb(t, 31, 200, 2<<10, 6<<10)
+	o2 := buildXorb(t, 32, 200, 2<<10, 6<<10)
+	f := newFakeFetcher(o, o2)
+	f.gate = make(chan struct{})
+	f.entered = make(chan fetchKey, 1000)
+	c, reg := testCache(t, t.TempDir(), f, 1<<30, testSegment)
+
+	s, e := chunkRange(o.l, 0, 10)
+	read := make(chan error, 1)
+	go func() {
+		rr, err := c.ReadRange(context.Background(), o.l, s, e)
+		if err == nil {
+			_, err = io.Copy(io.Discard, rr)
+			rr.Close()
+		}
+		read <- err
+	}()
+	if k := <-f.entered; k.h != o.l.Hash {
+		t.Fatalf("first fetch of %s, want the read's xorb", k.h)
+	}
+
+	s2, e2 := chunkRange(o2.l, 0, o2.l.NumChunks())
+	r2, _ := requestSpan(o2.l, s2, e2)
+	nsegs := len(segments(o2.l, r2, testSegment))
+	type result struct {
+		n   int
+		err error
+	}
+	idle := make(chan result, 1)
+	go func() {
+		n, err := c.PrefetchIdle(context.Background(), o2.l, s2, e2)
+		idle <- result{n, err}
+	}()
+	select {
+	case k := <-f.entered:
+		t.Fatalf("read-ahead fetched %s while a client's fill ran", k.h)
+	case r := <-idle:
+		t.Fatalf("PrefetchIdle returned %d, %v while a client's fill ran", r.n, r.err)
+	case <-time.After(150 * time.Millisecond):
+	}
+	close(f.gate) // the read's fill ends; read-ahead goes on
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-idle; r.err != nil || r.n != nsegs {
+		t.Fatalf("PrefetchIdle = %d, %v; want %d segments started", r.n, r.err, nsegs)
+	}
+	c.fills.Wait()
+	before, _, _ := f.counts()
+	mustRead(t, c, o2, s2, e2)
+	if after, _, _ := f.counts(); after != before {
+		t.Fatal("the read after idle read-ahead fetched again")
+	}
+	if n, err := c.PrefetchIdle(context.Background(), o2.l, s2, e2); err != nil || n != 0 ||
+		labelled2(t, reg, "xet_edge_datacache_prefetch_total", "result", "cached") != float64(nsegs) {
+		t.Fatalf("PrefetchIdle of a cached range = %d, %v", n, err)
+	}
+
+	// A context that ends while a client's fill runs: nothing started, the context's error.
+	f3 := newFakeFetcher(o, o2)
+	f3.gate = make(chan struct{})
+	f3.entered = make(chan fetchKey, 1000)
+	defer close(f3.gate)
+	c3, _ := testCache(t, t.TempDir(), f3, 1<<30, testSegment)
+	go func() {
+		if rr, err := c3.ReadRange(context.Background(), o.l, s, e); err == nil {
+			rr.Close()
+		}
+	}()
+	<-f3.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if n, err := c3.PrefetchIdle(ctx, o2.l, s2, e2); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PrefetchIdle with a client's fill running to the deadline = %d, %v", n, err)
+	}
+}

@@ -44,11 +44,18 @@ type flight struct {
 	fetched  bool // the bytes came from the origin (a miss), not from disk
 	refs     int  // readers holding the flight, plus the fill itself
 	joined   int  // Range parts that acquired the flight (counted as hits or misses at its end)
+	// demanded: a read joined the flight (counted in Cache.demanded); set under c.mu, read by
+	// the gate without it.
+	demanded atomic.Bool
 	doneCh   chan struct{}
 	chain    *chain // set when the flight reads a chained origin answer (chain.go); nil: its own
 
-	// waiting counts readers blocked in wait; publish yields the processor to them (see publish).
+	// waiting counts readers blocked in wait; publish yields the processor to them (see publish),
+	// and the gate serves this fill first (gate.go).
 	waiting atomic.Int32
+	// seq numbers flights in the order they were started (the gate's order among fills nobody
+	// waits for).
+	seq uint64
 
 	// lent is the file whose offset one reader has borrowed for sendfile (lendOffset); nil:
 	// none. Nothing else uses a flight file's offset: the fill writes with WriteAt, readers
@@ -153,6 +160,9 @@ func (fl *flight) run() {
 	}
 	c.mu.Lock()
 	delete(c.flights, fl.k) // no part joins after this
+	if fl.demanded.Load() {
+		c.undemand()
+	}
 	c.mu.Unlock()
 	fl.mu.Lock()
 	joined := fl.joined
@@ -388,7 +398,7 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 			if v.out != nil {
 				fl.c.m.fillBytes.Add(float64(m))
 			}
-			if verr := v.verifyComplete(); verr != nil {
+			if verr := v.verifyComplete(ctx); verr != nil {
 				return verr
 			}
 		}
@@ -418,8 +428,9 @@ func (v *verifier) copyFrom(ctx context.Context, r io.Reader) error {
 // (perf/BENCHMARKS.md, 2026-12-02 edge CPU per cold GiB, second pass).
 var chunkVerifiers = sync.Pool{New: func() any { return new(xorb.Verifier) }}
 
-// verifyComplete verifies the chunks complete in buf, writes them out and publishes them.
-func (v *verifier) verifyComplete() error {
+// verifyComplete verifies the chunks complete in buf, writes them out and publishes them. The
+// work is done holding the cache's gate (gate.go).
+func (v *verifier) verifyComplete(ctx context.Context) error {
 	fl := v.fl
 	base := fl.s.start + v.pos // stored offset of buf[off]
 	end := v.chunk
@@ -432,10 +443,15 @@ func (v *verifier) verifyComplete() error {
 	cs, ce := fl.l.ByteRange(v.chunk, end)
 	m := int(ce - cs)
 	data := v.buf[v.off : v.off+m]
+	g := fl.c.gate
+	if err := g.acquire(ctx, fl); err != nil {
+		return err
+	}
 	xv := chunkVerifiers.Get().(*xorb.Verifier)
 	err := xv.VerifyRange(data, fl.l, v.chunk, end)
 	chunkVerifiers.Put(xv)
 	if err != nil {
+		g.release()
 		if v.out != nil {
 			fl.c.m.verifyFailures.Inc()
 		}
@@ -443,9 +459,11 @@ func (v *verifier) verifyComplete() error {
 	}
 	if v.out != nil {
 		if _, err := v.out.WriteAt(data, v.pos); err != nil {
+			g.release()
 			return fmt.Errorf("datacache: write fill of xorb %s: %w", fl.l.Hash, err)
 		}
 	}
+	g.release()
 	v.off += m
 	if v.off == v.n {
 		v.off, v.n = 0, 0

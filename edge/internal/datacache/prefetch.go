@@ -1,6 +1,8 @@
 package datacache
 
 import (
+	"context"
+
 	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
@@ -109,4 +111,96 @@ func (c *Cache) prefetchChain(l *xorb.Layout, ss []span) (*flight, error) {
 // false for any other offset is harmless (read-ahead then checks segment by segment).
 func (c *Cache) CachedAt(h hash.Hash, off int64) bool {
 	return off >= 0 && c.idx.cachedAt(h, off)
+}
+
+// demand marks fl as joined by a read; c.mu is held.
+func (c *Cache) demand(fl *flight) {
+	if fl.demanded.Load() {
+		return
+	}
+	fl.demanded.Store(true)
+	c.demanded++
+	if c.demanded == 1 {
+		c.idle = make(chan struct{})
+	}
+}
+
+// undemand counts a demanded flight's end; c.mu is held.
+func (c *Cache) undemand() {
+	c.demanded--
+	if c.demanded == 0 {
+		close(c.idle)
+	}
+}
+
+// waitIdle waits until no fill a read joined is running, or ctx ends, or the cache closes.
+func (c *Cache) waitIdle(ctx context.Context) error {
+	c.mu.Lock()
+	closed, idle := c.closed, c.idle
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.closing.Done():
+		return ErrClosed
+	}
+}
+
+// PrefetchIdle is Prefetch for the bytes a client asks for later, not next (the rest of an
+// answered reconstruction beyond its first ranges): it starts each chain of missing segments
+// only while no fill a client's read joined is running — read-ahead then uses what the fills
+// clients wait for leave idle, and never competes with them — and waits for read-ahead slots
+// instead of skipping. It returns once it started (or joined) the fills of every segment of
+// [start, end) that was missing when its turn came, with the number of segments started, or
+// early with ctx's error (ErrClosed when the cache closes). Same range rules as Prefetch.
+//
+// Why: clients fetch a file a window at a time (xet: the ranges of the next 256 MiB of output,
+// eight requests at once; it asks for the next ones when the first complete), so a cold edge
+// saw a burst of misses per window, during which the client, its earlier ranges written, stood
+// still, and between bursts the edge had nothing to do (perf/BENCHMARKS.md, 2026-12-04,
+// "read-ahead while idle").
+func (c *Cache) PrefetchIdle(ctx context.Context, l *xorb.Layout, start, end int64) (int, error) {
+	r, err := requestSpan(l, start, end)
+	if err != nil {
+		return 0, err
+	}
+	var todo []span
+	for _, s := range segments(l, r, c.o.SegmentBytes) {
+		if present, verified := c.idx.get(key{h: l.Hash, start: s.start, len: s.len()}); present && verified {
+			c.m.prefetch.WithLabelValues("cached").Inc()
+			continue
+		}
+		todo = append(todo, s)
+	}
+	started := 0
+	for _, ss := range c.chains(todo) {
+		if err := c.waitIdle(ctx); err != nil {
+			return started, err
+		}
+		// Filled meanwhile (a client's read, or another answer's read-ahead)?
+		var left []span
+		for _, s := range ss {
+			if present, verified := c.idx.get(key{h: l.Hash, start: s.start, len: s.len()}); present && verified {
+				c.m.prefetch.WithLabelValues("cached").Inc()
+				continue
+			}
+			left = append(left, s)
+		}
+		for _, cs := range c.chains(left) {
+			if err := c.pre.sem.Acquire(ctx, int64(len(cs))); err != nil {
+				return started, context.Cause(ctx)
+			}
+			if _, err := c.prefetchChain(l, cs); err != nil {
+				c.pre.sem.Release(int64(len(cs)))
+				return started, err
+			}
+			started += len(cs)
+		}
+	}
+	return started, nil
 }
