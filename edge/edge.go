@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,7 +75,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 		return nil, err
 	}
 	memtune.Apply(log, cfg.MemoryLimit(), cfg.GCPercent()) // docs/edge.md "Memory"
-	origins, err := originapi.ParseOrigins(cfg.Origin)     // checked by config.Validate
+	atLeastTwoProcs(log, getenv)
+	origins, err := originapi.ParseOrigins(cfg.Origin) // checked by config.Validate
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +140,8 @@ func Start(ctx context.Context, args []string, getenv func(string) string, log *
 	srv, err := server.New(server.Options{
 		Meta: meta, Bytes: data.bytes, Tokens: verifier, Signer: signer,
 		ReadAhead: data.readAhead, ReadAheadBytes: cfg.Cache.ReadAheadBytes,
-		Origin: client.Base(), Transport: client.Transport(),
+		ReadAheadIdleBytes: cfg.Cache.ReadAheadIdleBytes,
+		Origin:             client.Base(), Transport: client.Transport(),
 		Permits: cfg.Permits, ParallelAt: cfg.Limits.ReconParallelAt,
 		PlanCacheBytes: cfg.Cache.PlanBytes, AnswerCacheBytes: cfg.Cache.AnswerBytes,
 		CorruptErrs: data.corrupt, BadRangeErrs: data.badRange,
@@ -314,4 +317,20 @@ func connLimits(cfg *config.Config, reg prometheus.Registerer) server.ConnLimits
 	return server.ConnLimits{Limiter: lim, ServerLimits: httpapi.ServerLimits{
 		ReadHeaderTimeout: l.ReadHeaderTimeout.D(), IdleTimeout: l.IdleTimeout.D(),
 		WriteProgress: l.WriteProgress.D(), MaxStreams: l.MaxStreams}}
+}
+
+// atLeastTwoProcs runs Go code on two processors (Ps) where the runtime would use one (an edge
+// given one CPU), unless GOMAXPROCS is set. With one P a busy edge serves its clients late: the
+// fills' verification keeps the P busy, and a goroutine whose client socket became writable
+// runs only when the runtime next polls the network, which a P that always has work does about
+// every 10 ms; clients then stood still while the edge verified bytes for later. With two, the
+// idle P waits in the network poller and runs such a goroutine at once, and the data cache
+// leaves it free: fills verify on GOMAXPROCS-1 Ps (datacache's gate) (perf/BENCHMARKS.md,
+// 2026-12-04, "read-ahead while idle"; docs/decisions.md).
+func atLeastTwoProcs(log *slog.Logger, getenv func(string) string) {
+	if getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) >= 2 {
+		return
+	}
+	runtime.GOMAXPROCS(2)
+	log.Info("processors set", "gomaxprocs", 2, "cpus", runtime.NumCPU())
 }

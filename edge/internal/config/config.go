@@ -95,6 +95,10 @@ type Cache struct {
 	// whose fills start when it is answered (server.Options.ReadAheadBytes); 0 = the default
 	// (server.DefaultReadAheadBytes), negative = no read-ahead.
 	ReadAheadBytes int64 `json:"read_ahead_bytes"`
+	// ReadAheadIdleBytes bounds the stored bytes of an answered reconstruction read ahead after
+	// those, while no client's fill runs (server.Options.ReadAheadIdleBytes); 0 = the default
+	// (server.DefaultReadAheadIdleBytes), negative = none.
+	ReadAheadIdleBytes int64 `json:"read_ahead_idle_bytes"`
 }
 
 // Auth configures keys and lifetimes.

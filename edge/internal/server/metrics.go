@@ -53,11 +53,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "xet_edge_transfer_verify_failures_total",
 			Help: "Transfer requests refused because the origin's bytes failed verification."}),
 		readAhead: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xet_edge_readahead_total",
-			Help: "Answers read ahead (result=started; the fills are in xet_edge_datacache_prefetch_total) or not: skipped_cached (the first fetch range is cached: a warm file), skipped_permits (few permits free), skipped_busy (read-ahead at its bound), error (a layout lookup or a prefetch failed)."},
+			Help: "Answers read ahead (result=started; the fills are in xet_edge_datacache_prefetch_total) or not: skipped_cached (the first fetch range is cached: a warm file), skipped_permits (few permits free), skipped_busy (read-ahead at its bound), error (a layout lookup or a prefetch failed); idle_started and idle_skipped_busy: the rest of an answer, read ahead while no client's fill runs."},
 			[]string{"result"}),
 	}
 	m.fallbacks.WithLabelValues("no_permit")
-	for _, r := range []string{"started", "skipped_cached", "skipped_permits", "skipped_busy", "error"} {
+	for _, r := range []string{"started", "skipped_cached", "skipped_permits", "skipped_busy", "error", "idle_started", "idle_skipped_busy"} {
 		m.readAhead.WithLabelValues(r)
 	}
 	if reg != nil {

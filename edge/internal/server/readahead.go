@@ -46,6 +46,9 @@ import (
 // fills it started or joined.
 type ReadAhead interface {
 	Prefetch(l *xorb.Layout, start, end int64) (int, error)
+	// PrefetchIdle starts the fills of [start, end) only while no fill a client waits for is
+	// running, waiting for that (bounded by ctx); it returns once they are started.
+	PrefetchIdle(ctx context.Context, l *xorb.Layout, start, end int64) (int, error)
 	// CachedAt reports, cheaply and without a layout, whether the chunk of xorb h starting at
 	// stored byte off is cached: an answer whose first fetch range is cached is taken for warm
 	// and not read ahead (no run slot, no goroutine, no layout lookups).
@@ -57,11 +60,19 @@ const (
 	// default size, as many as one transfer request fills at once. 64 MiB raised the edge's
 	// peak RSS and CPU per cold download without a wall-time gain on loopback (docs/decisions.md).
 	DefaultReadAheadBytes = 16 << 20
+	// DefaultReadAheadIdleBytes is Options.ReadAheadIdleBytes when 0: the span of one
+	// reconstruction request of the xet client (its block), which it fetches a window at a time.
+	DefaultReadAheadIdleBytes = 256 << 20
 	// readAheadRanges bounds the fetch ranges one answer reads ahead (small terms of many
-	// xorbs would otherwise mean many layout lookups for few bytes).
+	// xorbs would otherwise mean many layout lookups for few bytes); idleRanges bounds those
+	// read ahead while idle.
 	readAheadRanges = 64
-	// readAheadRuns bounds the answers being read ahead at once.
+	idleRanges      = 256
+	// readAheadRuns bounds the answers being read ahead at once; idleRuns those being read
+	// ahead while idle (a run waiting for the edge to be idle does not hold up the first ranges
+	// of new answers).
 	readAheadRuns = 4
+	idleRuns      = 4
 	// readAheadTimeout bounds one answer's read-ahead (layout lookups and starting fills; the
 	// fills themselves are bounded by the data cache's fill timeout).
 	readAheadTimeout = 30 * time.Second
@@ -86,9 +97,9 @@ type readAheadRange struct {
 	off        int64 // stored offset of chunk start
 }
 
-// readAheader is the state of read-ahead: its bound on concurrent runs.
+// readAheader is the state of read-ahead: its bounds on concurrent runs.
 type readAheader struct {
-	runs *semaphore.Weighted
+	runs, idle *semaphore.Weighted
 }
 
 // readAhead starts read-ahead for answer a (see the top of this file); it returns at once.
@@ -99,8 +110,12 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	if r, ok := firstRange(a); !ok {
 		return
 	} else if s.o.ReadAhead.CachedAt(r.h, r.off) {
-		s.m.readAhead.WithLabelValues("skipped_cached").Inc()
-		return
+		// Warm, unless its last range is missing: the answer's head was read ahead with an
+		// earlier answer's rest (readAheadIdle), or evicted last.
+		if r, ok := lastRange(a); !ok || s.o.ReadAhead.CachedAt(r.h, r.off) {
+			s.m.readAhead.WithLabelValues("skipped_cached").Inc()
+			return
+		}
 	}
 	if s.permits.freeBelow(s.o.Permits / 4) {
 		s.m.readAhead.WithLabelValues("skipped_permits").Inc()
@@ -109,6 +124,11 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	rs := firstRanges(a, s.o.ReadAheadBytes, readAheadRanges)
 	if len(rs) == 0 {
 		return
+	}
+	var rest []readAheadRange // read ahead while idle: the answer's ranges after rs
+	if s.o.ReadAheadIdleBytes > 0 {
+		all := firstRanges(a, s.o.ReadAheadBytes+s.o.ReadAheadIdleBytes, len(rs)+idleRanges)
+		rest = all[len(rs)-1:] // from the last of rs: its part past the clip (prefetchRange)
 	}
 	if !s.ra.runs.TryAcquire(1) {
 		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
@@ -125,8 +145,11 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 		}
 	}
 	if sctx.Err() == nil {
-		switch err := s.prefetchRange(sctx, rs[0], &left); {
+		switch next, err := s.prefetchRange(sctx, rs[0], &left); {
 		case err == nil:
+			if len(rs) == 1 && len(rest) > 0 {
+				rest[0].start = next
+			}
 			rs = rs[1:]
 		case sctx.Err() == nil:
 			scancel()
@@ -138,39 +161,92 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	}
 	scancel()
 	go func() {
-		defer s.ra.runs.Release(1)
 		defer cancel()
-		for _, r := range rs {
+		for i, r := range rs {
 			if left <= 0 {
-				return
+				break
 			}
-			if err := s.prefetchRange(ctx, r, &left); err != nil {
+			next, err := s.prefetchRange(ctx, r, &left)
+			if err != nil {
+				s.ra.runs.Release(1)
 				s.readAheadFailed(ctx, r, err)
 				return
 			}
+			if i == len(rs)-1 && len(rest) > 0 {
+				rest[0].start = next
+			}
 		}
+		s.ra.runs.Release(1)
+		s.readAheadIdle(ctx, rest)
 	}()
 }
 
+// readAheadIdle reads ahead ranges rs — the rest of an answer, after its first ranges — while
+// the data cache has no fill a client waits for (ReadAhead.PrefetchIdle), up to
+// Options.ReadAheadIdleBytes, under ctx (the answer's read-ahead timeout). At most idleRuns
+// answers are read ahead this way at once; more are skipped (counted).
+func (s *Server) readAheadIdle(ctx context.Context, rs []readAheadRange) {
+	if len(rs) > 0 && rs[0].start == rs[0].end {
+		rs = rs[1:] // the first ranges ended exactly at the end of this one
+	}
+	if len(rs) == 0 {
+		return
+	}
+	if !s.ra.idle.TryAcquire(1) {
+		s.m.readAhead.WithLabelValues("idle_skipped_busy").Inc()
+		return
+	}
+	defer s.ra.idle.Release(1)
+	s.m.readAhead.WithLabelValues("idle_started").Inc()
+	left := s.o.ReadAheadIdleBytes
+	for _, r := range rs {
+		if left <= 0 {
+			return
+		}
+		l, cs, ce, _, err := s.clipRange(ctx, r, &left)
+		if err == nil {
+			_, err = s.o.ReadAhead.PrefetchIdle(ctx, l, cs, ce)
+		}
+		if err != nil {
+			s.readAheadFailed(ctx, r, err)
+			return
+		}
+	}
+}
+
 // prefetchRange starts read-ahead of range r, at most *left bytes of it (clipped to a chunk
-// boundary), and takes what it started off *left.
-func (s *Server) prefetchRange(ctx context.Context, r readAheadRange, left *int64) error {
-	l, err := s.o.Meta.Layout(ctx, r.h)
+// boundary), and takes what it started off *left. It returns the chunk it stopped at (r.end
+// when it took all of r).
+func (s *Server) prefetchRange(ctx context.Context, r readAheadRange, left *int64) (uint32, error) {
+	l, cs, ce, next, err := s.clipRange(ctx, r, left)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if _, err := s.o.ReadAhead.Prefetch(l, cs, ce); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
+
+// clipRange looks up r's layout and returns it with r's stored bytes [cs, ce), at most *left of
+// them (clipped to a chunk boundary), taken off *left, and the chunk after them (r.end when it
+// took all of r).
+func (s *Server) clipRange(ctx context.Context, r readAheadRange, left *int64) (l *xorb.Layout, cs, ce int64, next uint32, err error) {
+	if l, err = s.o.Meta.Layout(ctx, r.h); err != nil {
+		return nil, 0, 0, 0, err
 	}
 	if int(r.end) > l.NumChunks() || r.start >= r.end {
-		return fmt.Errorf("chunks [%d,%d) outside the layout's %d", r.start, r.end, l.NumChunks())
+		return nil, 0, 0, 0, fmt.Errorf("chunks [%d,%d) outside the layout's %d", r.start, r.end, l.NumChunks())
 	}
-	cs, ce := l.ByteRange(r.start, r.end)
-	if int64(ce-cs) > *left {
+	next = r.end
+	s32, e32 := l.ByteRange(r.start, r.end)
+	if int64(e32-s32) > *left {
 		// Clip to the chunk holding byte cs+left: a chunk boundary, as Prefetch needs.
-		j := firstEndAbove(l, int64(cs)+*left-1)
-		_, ce = l.ByteRange(r.start, uint32(j)+1)
+		next = uint32(firstEndAbove(l, int64(s32)+*left-1)) + 1
+		_, e32 = l.ByteRange(r.start, next)
 	}
-	*left -= int64(ce - cs)
-	_, err = s.o.ReadAhead.Prefetch(l, int64(cs), int64(ce))
-	return err
+	*left -= int64(e32 - s32)
+	return l, int64(s32), int64(e32), next, nil
 }
 
 // readAheadFailed counts and logs a read-ahead that stops at range r.
@@ -224,11 +300,30 @@ func termRange(a *recon.Answer, i int) (x, k int, ok bool) {
 // term (false when there is none, which a valid answer always has).
 func firstRange(a *recon.Answer) (readAheadRange, bool) {
 	for i := 0; i < a.Len() && i < 4; i++ {
-		if x, k, ok := termRange(a, i); ok {
-			xf := &a.Xorbs[x]
-			return readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End,
-				off: int64(xf.Bytes[k].Start)}, true
+		if r, ok := rangeOf(a, i); ok {
+			return r, true
 		}
 	}
 	return readAheadRange{}, false
+}
+
+// lastRange is the fetch range of a's last term, like firstRange.
+func lastRange(a *recon.Answer) (readAheadRange, bool) {
+	for i := a.Len() - 1; i >= 0 && i >= a.Len()-4; i-- {
+		if r, ok := rangeOf(a, i); ok {
+			return r, true
+		}
+	}
+	return readAheadRange{}, false
+}
+
+// rangeOf is the fetch range holding term i of a.
+func rangeOf(a *recon.Answer, i int) (readAheadRange, bool) {
+	x, k, ok := termRange(a, i)
+	if !ok {
+		return readAheadRange{}, false
+	}
+	xf := &a.Xorbs[x]
+	return readAheadRange{h: xf.Hash, start: xf.Chunks[k].Start, end: xf.Chunks[k].End,
+		off: int64(xf.Bytes[k].Start)}, true
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/xetcdn/xetcdn/edge/internal/datacache"
 	"github.com/xetcdn/xetcdn/shared/httprange"
@@ -107,7 +108,7 @@ func TestReadAhead(t *testing.T) {
 	}
 	origin, _ := url.Parse("http://127.0.0.1:1")
 	meta := fakeMeta{layouts: map[hash.Hash]*xorb.Layout{l.Hash: l}, files: map[hash.Hash]*recon.FileRecord{rec.Hash: rec}}
-	srv, err := New(Options{Meta: meta, Bytes: dc, ReadAhead: dc, ReadAheadBytes: budget, Tokens: readTokens{},
+	srv, err := New(Options{Meta: meta, Bytes: dc, ReadAhead: dc, ReadAheadBytes: budget, ReadAheadIdleBytes: -1, Tokens: readTokens{},
 		Signer: signer, Origin: origin, Permits: 8,
 		CorruptErrs: []error{datacache.ErrCorrupt}, BadRangeErrs: []error{datacache.ErrBadRange}})
 	if err != nil {
@@ -274,6 +275,8 @@ type prefetchLog struct {
 	answered *atomic.Bool
 	mu       sync.Mutex
 	calls    []prefetchCall
+	idle     []prefetchCall          // PrefetchIdle's
+	cached   map[readAheadRange]bool // CachedAt's answers, by xorb and offset (other fields zero)
 }
 
 type prefetchCall struct {
@@ -289,7 +292,18 @@ func (p *prefetchLog) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 	return 1, nil
 }
 
-func (p *prefetchLog) CachedAt(hash.Hash, int64) bool { return false }
+func (p *prefetchLog) PrefetchIdle(_ context.Context, l *xorb.Layout, start, end int64) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = append(p.idle, prefetchCall{l.Hash, start, end, p.answered.Load()})
+	return 1, nil
+}
+
+func (p *prefetchLog) CachedAt(h hash.Hash, off int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cached[readAheadRange{h: h, off: off}]
+}
 
 func (p *prefetchLog) snapshot() []prefetchCall {
 	p.mu.Lock()
@@ -410,4 +424,107 @@ func TestColdAnswerReadsAheadFirst(t *testing.T) {
 			t.Fatalf("xet_edge_readahead_total{error} = %v, want 1", v)
 		}
 	})
+}
+
+// TestReadAheadIdle: after an answer's first ranges, read-ahead goes on with the rest of the
+// answer through PrefetchIdle, from the chunk where the first ranges' budget clipped the last of
+// them, in term order, up to Options.ReadAheadIdleBytes. An answer whose first range is cached
+// but whose last is not is read ahead; one whose first and last are cached is warm.
+func TestReadAheadIdle(t *testing.T) {
+	rec, layouts := worstFile(t, 10, 200, 40) // term i in xorb i mod 10, four terms of each
+	a, err := recon.Plan(rec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := firstRanges(a, 1<<40, 1000)
+	bytesOf := func(r readAheadRange) (int64, int64) {
+		s, e := layouts[r.h].ByteRange(r.start, r.end)
+		return int64(s), int64(e)
+	}
+	s0, e0 := bytesOf(all[0])
+	s1, e1 := bytesOf(all[1])
+	s2, e2 := bytesOf(all[2])
+	eager := (e0 - s0) / 2                            // clips inside the first range
+	idle := (e0 - s0 - eager) + (e1 - s1) + (e2-s2)/2 // its rest, the second, half the third
+	run := func(t *testing.T, cached map[readAheadRange]bool) (*Server, *prefetchLog) {
+		t.Helper()
+		p := &prefetchLog{answered: &atomic.Bool{}, cached: cached}
+		signer, err := urlsign.New(urlsign.Options{BaseURL: "https://edge.invalid", Key: bytes.Repeat([]byte{7}, urlsign.MinKeyLen)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		origin, _ := url.Parse("http://127.0.0.1:1")
+		meta := &warmMeta{fakeMeta: fakeMeta{layouts: layouts, files: map[hash.Hash]*recon.FileRecord{rec.Hash: rec}}}
+		srv, err := New(Options{Meta: meta, Bytes: noBytes{}, ReadAhead: p, ReadAheadBytes: eager, ReadAheadIdleBytes: idle,
+			Tokens: readTokens{}, Signer: signer, Origin: origin, Permits: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v2/reconstructions/"+rec.Hash.String(), nil))
+		if w.Code != http.StatusOK {
+			t.Fatalf("reconstruction: %d %s", w.Code, w.Body.String())
+		}
+		for _, sem := range []*semaphore.Weighted{srv.ra.runs, srv.ra.idle} {
+			n := int64(readAheadRuns)
+			if sem == srv.ra.idle {
+				n = idleRuns
+			}
+			if err := sem.Acquire(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+			sem.Release(n)
+		}
+		return srv, p
+	}
+
+	srv, p := run(t, nil)
+	// The idle run may still be between its slot and its first call when the runs are free:
+	// wait for it to finish too (it holds an idle slot throughout).
+	for deadline := time.Now().Add(5 * time.Second); promtest.Counter(t, srv.m.readAhead.WithLabelValues("idle_started")) != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no idle read-ahead run")
+		}
+	}
+	if err := srv.ra.idle.Acquire(context.Background(), idleRuns); err != nil {
+		t.Fatal(err)
+	}
+	srv.ra.idle.Release(idleRuns)
+	p.mu.Lock()
+	calls, idles := append([]prefetchCall(nil), p.calls...), append([]prefetchCall(nil), p.idle...)
+	p.mu.Unlock()
+	if len(calls) != 1 || calls[0].h != all[0].h || calls[0].start != s0 || calls[0].end >= e0 {
+		t.Fatalf("first ranges' prefetches %+v, want the first range clipped", calls)
+	}
+	if len(idles) != 3 {
+		t.Fatalf("idle prefetches %+v, want three: the first range's rest, the second, part of the third", idles)
+	}
+	if idles[0].h != all[0].h || idles[0].start != calls[0].end || idles[0].end != e0 {
+		t.Fatalf("idle prefetch %+v, want the first range from %d (where the first ranges stopped) to %d", idles[0], calls[0].end, e0)
+	}
+	if idles[1].h != all[1].h || idles[1].start != s1 || idles[1].end != e1 {
+		t.Fatalf("idle prefetch %+v, want the second range [%d,%d)", idles[1], s1, e1)
+	}
+	if idles[2].h != all[2].h || idles[2].start != s2 || idles[2].end <= s2 || idles[2].end >= e2 {
+		t.Fatalf("idle prefetch %+v, want the third range clipped", idles[2])
+	}
+	var n int64
+	for _, c := range idles {
+		n += c.end - c.start
+	}
+	if n < idle || n > idle+int64(2*(xorb.HeaderSize+60)) { // clipped at a chunk's end
+		t.Fatalf("idle read-ahead of %d stored bytes, budget %d", n, idle)
+	}
+
+	// First range cached, last not: read ahead. Both cached: warm, skipped.
+	last, _ := lastRange(a)
+	first := readAheadRange{h: all[0].h, off: all[0].off}
+	srv, _ = run(t, map[readAheadRange]bool{first: true})
+	if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("started")); v != 1 {
+		t.Fatalf("answer with a cached head and a missing tail: read-ahead started %v times, want 1", v)
+	}
+	srv, _ = run(t, map[readAheadRange]bool{first: true, {h: last.h, off: last.off}: true})
+	if v := promtest.Counter(t, srv.m.readAhead.WithLabelValues("skipped_cached")); v != 1 {
+		t.Fatalf("answer with head and tail cached: skipped_cached %v, want 1", v)
+	}
 }

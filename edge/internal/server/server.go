@@ -109,6 +109,10 @@ type Options struct {
 	// bytes read ahead per answer: 0 means DefaultReadAheadBytes, negative turns it off.
 	ReadAhead      ReadAhead
 	ReadAheadBytes int64
+	// ReadAheadIdleBytes bounds the stored bytes per answer read ahead after those, while the
+	// data cache has no fill a client waits for (readahead.go): 0 means
+	// DefaultReadAheadIdleBytes, negative turns it off.
+	ReadAheadIdleBytes int64
 	// ReadAheadWait bounds how long a cold answer waits, before it goes out, for its xorbs'
 	// layouts and the start of its first fill (readahead.go); 0 means DefaultReadAheadWait.
 	ReadAheadWait time.Duration
@@ -174,10 +178,13 @@ func New(o Options) (*Server, error) {
 	if o.ReadAheadBytes == 0 {
 		o.ReadAheadBytes = DefaultReadAheadBytes
 	}
+	if o.ReadAheadIdleBytes == 0 {
+		o.ReadAheadIdleBytes = DefaultReadAheadIdleBytes
+	}
 	if o.Transport == nil {
 		o.Transport = originapi.NewTransport()
 	}
-	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer), ra: readAheader{runs: semaphore.NewWeighted(readAheadRuns)}}
+	s := &Server{o: o, log: o.Log, m: newMetrics(o.Registerer), ra: readAheader{runs: semaphore.NewWeighted(readAheadRuns), idle: semaphore.NewWeighted(idleRuns)}}
 	s.answers = newAnswerCache(o.PlanCacheBytes, o.AnswerCacheBytes, s.m)
 	s.tokens = auth.NewCachingVerifier(o.Tokens, auth.CacheOptions{TTL: o.TokenCacheTTL, Now: o.Now})
 	s.maxWriters = min(maxWriters, runtime.GOMAXPROCS(0))
