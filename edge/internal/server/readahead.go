@@ -207,6 +207,9 @@ func (s *Server) readAheadIdle(ctx context.Context, rs []readAheadRange) {
 		if err == nil {
 			_, err = s.o.ReadAhead.PrefetchIdle(ctx, l, cs, ce)
 		}
+		if ctx.Err() != nil {
+			return // the edge was busy with clients' fills for the whole read-ahead timeout: not a failure
+		}
 		if err != nil {
 			s.readAheadFailed(ctx, r, err)
 			return
