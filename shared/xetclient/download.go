@@ -128,12 +128,10 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 	// next reconstruction is asked for while this block's ranges are fetched, not after.
 	pctx, stopPlans := context.WithCancel(gctx)
 	plans := c.planBlocks(pctx, base, file, start, end, verify)
-	complete := false // the last block was planned (the planner stops early only when ctx ends)
 	for p := range plans {
 		b, n, want, err := p.b, p.n, p.want, p.err
 		if errors.Is(err, ErrRangeNotSatisfiable) && !(pos == start && opts.Range != nil) {
 			prog.setTotal(pos - start)
-			complete = true
 			break // past EOF: the previous block ended exactly at the end of the file
 		}
 		if err != nil {
@@ -152,19 +150,12 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 		}
 		blocks = append(blocks, b)
 		pos += n
-		complete = walkErr == nil && (n < want || (end >= 0 && pos >= end))
 		if walkErr != nil || n < want {
 			break
 		}
 	}
 	stopPlans()
 	for range plans { // the planner ends once stopped
-	}
-	if !complete && walkErr == nil {
-		// The planner stopped before the last block: the download's context ended.
-		if walkErr = context.Cause(gctx); walkErr == nil {
-			walkErr = errors.New("xetclient: download stopped before its last block was planned")
-		}
 	}
 	if err := g.Wait(); err != nil {
 		return prog.done(), err
