@@ -21,16 +21,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/xetcdn/xetcdn/shared/recon"
 	"github.com/xetcdn/xetcdn/shared/xet/chunk"
 	"github.com/xetcdn/xetcdn/shared/xet/hash"
-	"github.com/xetcdn/xetcdn/shared/xet/shard"
 	"github.com/xetcdn/xetcdn/shared/xetclient"
 )
 
@@ -737,94 +734,4 @@ func randHash() hash.Hash {
 	var h hash.Hash
 	_, _ = rand.Read(h[:])
 	return h
-}
-
-// TestDownloadPlansNextBlockAhead: the next block's reconstruction is asked for while the
-// current block's ranges are still being fetched, not after they are. The fake holds the first
-// transfer until a second reconstruction request arrives; with one transfer at a time and two
-// ranges in the first block, a client that planned the next block only after starting every
-// range of this one would wait for the hold's timeout.
-func TestDownloadPlansNextBlockAhead(t *testing.T) {
-	f := newFakeCAS(t)
-	recons := make(chan struct{}, 16)
-	timedOut := atomic.Bool{}
-	var held atomic.Bool
-	inner := f.handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/reconstructions/") {
-			recons <- struct{}{}
-		}
-		if strings.HasPrefix(r.URL.Path, "/xfer/") && held.CompareAndSwap(false, true) {
-			// The first transfer: hold it until the second reconstruction request.
-			for seen := 0; seen < 2; {
-				select {
-				case <-recons:
-					seen++
-				case <-time.After(3 * time.Second):
-					timedOut.Store(true)
-					seen = 2
-				}
-			}
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	f.base = srv.URL
-	c := newClient(t, srv.URL, func(o *xetclient.Options) { o.Concurrency = 1 })
-
-	// Two files, two xorbs; a third file made of their terms twice: A R A R.
-	a, b := randBytes(31, 300<<10), randBytes(32, 200<<10)
-	res, err := c.UploadFiles(context.Background(), []xetclient.UploadFile{
-		{Path: "a", Reader: bytes.NewReader(a)}}, xetclient.UploadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res2, err := c.UploadFiles(context.Background(), []xetclient.UploadFile{
-		{Path: "b", Reader: bytes.NewReader(b)}}, xetclient.UploadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	ra, rb := f.files[res[0].FileHash], f.files[res2[0].FileHash]
-	var file shard.File
-	var leaves []hash.Leaf
-	for range 2 {
-		for _, rec := range []*recon.FileRecord{ra, rb} {
-			for _, tm := range rec.Terms {
-				l := f.layouts[tm.Xorb]
-				file.Terms = append(file.Terms, shard.Term{Xorb: tm.Xorb, Start: tm.Start, End: tm.End, RawBytes: l.RawRange(tm.Start, tm.End)})
-				for i := tm.Start; i < tm.End; i++ {
-					leaves = append(leaves, hash.Leaf{Hash: l.ChunkHashes[i], Size: uint64(l.RawRange(i, i+1))})
-				}
-			}
-		}
-	}
-	file.Hash = hash.File(leaves)
-	rec, err := recon.NewFileRecord(file, f.layouts)
-	if err == nil {
-		f.files[rec.Hash] = rec
-	}
-	f.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(recons) > 0 { // the uploads asked for none, but be sure the count starts here
-		<-recons
-	}
-	c = newClient(t, srv.URL, func(o *xetclient.Options) {
-		o.Concurrency = 1
-		o.BlockSize = int64(len(a) + len(b)) // block 1: A R (two ranges), block 2: A R
-	})
-	var out bytes.Buffer
-	n, err := c.Download(context.Background(), rec.Hash, &out, xetclient.DownloadOptions{})
-	if err != nil || n != int64(2*(len(a)+len(b))) {
-		t.Fatalf("Download = %d, %v", n, err)
-	}
-	want := bytes.Join([][]byte{a, b, a, b}, nil)
-	if !bytes.Equal(out.Bytes(), want) {
-		t.Fatal("downloaded bytes differ")
-	}
-	if timedOut.Load() {
-		t.Fatal("the second block's reconstruction was asked for only after the first block's transfers")
-	}
 }

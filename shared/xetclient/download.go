@@ -124,12 +124,13 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 	var blocks []*block
 	pos := start
 	var walkErr error
-	// Blocks are planned one ahead of the one whose jobs are being started (planBlocks): the
-	// next reconstruction is asked for while this block's ranges are fetched, not after.
-	pctx, stopPlans := context.WithCancel(gctx)
-	plans := c.planBlocks(pctx, base, file, start, end, verify)
-	for p := range plans {
-		b, n, want, err := p.b, p.n, p.want, p.err
+	for end < 0 || pos < end {
+		want := c.opts.BlockSize
+		if end >= 0 {
+			want = min(want, end-pos)
+		}
+		b := &block{c: c, base: base, file: file, first: pos, last: pos + want - 1, verify: verify}
+		n, err := b.plan(gctx, pos-start)
 		if errors.Is(err, ErrRangeNotSatisfiable) && !(pos == start && opts.Range != nil) {
 			prog.setTotal(pos - start)
 			break // past EOF: the previous block ended exactly at the end of the file
@@ -153,9 +154,6 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 		if walkErr != nil || n < want {
 			break
 		}
-	}
-	stopPlans()
-	for range plans { // the planner ends once stopped
 	}
 	if err := g.Wait(); err != nil {
 		return prog.done(), err
@@ -190,50 +188,6 @@ func (c *Client) download(ctx context.Context, file hash.Hash, out sink, opts Do
 		}
 	}
 	return prog.done(), nil
-}
-
-// plannedBlock is a block planned by planBlocks: its plan's result (n bytes of the want asked
-// for, or err).
-type plannedBlock struct {
-	b       *block
-	n, want int64
-	err     error
-}
-
-// planBlocks plans the blocks of [start, end) (end -1: to the end of the file) in order, one
-// reconstruction request each, and sends them on the returned channel, which holds one: the
-// next block's reconstruction is requested while the current block's ranges are fetched, so
-// the client does not wait a round trip between blocks, and a server that reads ahead from the
-// answers it gives (the edge) learns of the next block's ranges early enough to have them
-// ready when they are asked for (perf/BENCHMARKS.md, 2026-12-04, "read-ahead while idle"). It
-// stops after a block that failed or ended the file, or when ctx ends; the channel is then
-// closed.
-func (c *Client) planBlocks(ctx context.Context, base string, file hash.Hash, start, end int64, verify bool) <-chan plannedBlock {
-	plans := make(chan plannedBlock, 1)
-	go func() {
-		defer close(plans)
-		for pos := start; end < 0 || pos < end; {
-			want := c.opts.BlockSize
-			if end >= 0 {
-				want = min(want, end-pos)
-			}
-			b := &block{c: c, base: base, file: file, first: pos, last: pos + want - 1, verify: verify}
-			n, err := b.plan(ctx, pos-start)
-			if ctx.Err() != nil {
-				return
-			}
-			select {
-			case plans <- plannedBlock{b: b, n: n, want: want, err: err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil || n < want {
-				return
-			}
-			pos += n
-		}
-	}()
-	return plans
 }
 
 // fileLeaves lists the chunks of a whole-file download in order. A block that starts inside a
