@@ -356,15 +356,16 @@ burst() {
 }
 
 PIN=${PIN:-0} EDGE_PIN=()
+cores=$(nproc) # before pinning: nproc then reports this shell's one core
 [[ $PIN == 0 || $PIN == 1 ]] || { log "PIN=$PIN: want 0 or 1"; exit 1; }
 if [ "$PIN" = 1 ]; then
-	[ "$(nproc)" -ge 2 ] || { log "PIN=1 needs 2 cores or more"; exit 1; }
+	[ "$cores" -ge 2 ] || { log "PIN=1 needs 2 cores or more"; exit 1; }
 	# This shell (so every client it starts) and every server started above, all their threads.
 	taskset -pc 0 $$ >/dev/null
 	for p in "${pids[@]}"; do taskset -apc 0 "$p" >/dev/null; done
 	EDGE_PIN=(taskset -c 1)
 fi
-log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way; client link ${LINK_MBIT} Mbit/s (0: loopback); edge pinned to its own core: $PIN"
+log "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; ${SIZE_MB} MiB; $ROUNDS rounds; revs: ${revs[*]}; delay client ${CLIENT_DELAY_MS} ms, origin ${ORIGIN_DELAY_MS} ms each way; client link ${LINK_MBIT} Mbit/s (0: loopback); edge pinned to its own core: $PIN"
 out=$WORK/rounds.txt
 : >"$out"
 names=()
