@@ -188,7 +188,10 @@ func (c *Cache) runChain(l *xorb.Layout, fls []*flight) {
 // and starts the missing ones, one chain (one origin request) per run of consecutive new
 // flights. The caller holds one reference to each returned flight and releases it with release.
 // read: the caller is a read (counted as a hit or a miss when the flight ends), not read-ahead.
-func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read bool) ([]*flight, error) {
+// wanted: the bytes are what a client reads next (a read, or read-ahead of an answer's first
+// ranges): the flights count as demanded (PrefetchIdle waits for them; the gate serves them
+// before idle read-ahead).
+func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read, wanted bool) ([]*flight, error) {
 	joined := 0
 	if read {
 		joined = 1
@@ -204,7 +207,7 @@ func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read bool) ([]*flight, e
 	for i, s := range ss {
 		k := key{h: l.Hash, start: s.start, len: s.len()}
 		if fl := c.flights[k]; fl != nil {
-			if read {
+			if wanted {
 				c.demand(fl)
 			}
 			fl.mu.Lock()
@@ -220,7 +223,7 @@ func (c *Cache) acquireChain(l *xorb.Layout, ss []span, read bool) ([]*flight, e
 		c.seq++
 		fl := &flight{c: c, l: l, s: s, k: k, progress: make(chan struct{}), doneCh: make(chan struct{}), refs: 2, joined: joined, seq: c.seq}
 		c.flights[k] = fl
-		if read {
+		if wanted {
 			c.demand(fl)
 		}
 		c.fills.Add(1)

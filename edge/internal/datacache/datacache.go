@@ -131,8 +131,8 @@ type Cache struct {
 	flights map[key]*flight // running fills, by segment; guarded by mu
 	seq     uint64          // the last flight's number (flight.seq); guarded by mu
 	gate    *gate           // orders the fills' verification and writes by need (gate.go)
-	// demanded counts the running flights a read joined (flight.demanded) and idle is closed
-	// while it is 0 (PrefetchIdle waits on it); both guarded by mu.
+	// demanded counts the running flights of bytes a client reads next (flight.demanded) and
+	// idle is closed while it is 0 (PrefetchIdle waits on it); both guarded by mu.
 	demanded int
 	idle     chan struct{}
 	// chainMax bounds the bytes of one chained origin request (chainBytes; tests lower it).
@@ -289,7 +289,7 @@ func (c *Cache) launch(ctx context.Context, l *xorb.Layout, segs []span, rr *Ran
 	start := func(cs []span) {
 		group := missing[k : k+len(cs)]
 		k += len(cs)
-		fls, err := c.acquireChain(l, cs, true)
+		fls, err := c.acquireChain(l, cs, true, true)
 		if err != nil {
 			for _, i := range group {
 				rr.parts[i].err = err

@@ -602,8 +602,8 @@ func TestAllocBudgetVerify(t *testing.T) {
 }
 
 // TestPrefetchIdle: read-ahead of an answer's rest starts nothing while a fill a client's read
-// joined is running, then fills all of its range once that ends; a context that ends first
-// stops it with nothing started.
+// joined (or an answer's first ranges' Prefetch) is running, then fills all of its range once
+// that ends; a context that ends first stops it with nothing started.
 func TestPrefetchIdle(t *testing.T) {
 	o := buildXorb(t, 31, 200, 2<<10, 6<<10)
 	o2 := buildXorb(t, 32, 200, 2<<10, 6<<10)
@@ -679,5 +679,22 @@ func TestPrefetchIdle(t *testing.T) {
 	defer cancel()
 	if n, err := c3.PrefetchIdle(ctx, o2.l, s2, e2); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("PrefetchIdle with a client's fill running to the deadline = %d, %v", n, err)
+	}
+
+	// An answer's first ranges (Prefetch) hold it back the same way: right after an answer
+	// they are what the client asks for next.
+	f4 := newFakeFetcher(o, o2)
+	f4.gate = make(chan struct{})
+	f4.entered = make(chan fetchKey, 1000)
+	defer close(f4.gate)
+	c4, _ := testCache(t, t.TempDir(), f4, 1<<30, testSegment)
+	if n, err := c4.Prefetch(o.l, s, e); err != nil || n == 0 {
+		t.Fatalf("Prefetch = %d, %v", n, err)
+	}
+	<-f4.entered
+	ctx4, cancel4 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel4()
+	if n, err := c4.PrefetchIdle(ctx4, o2.l, s2, e2); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PrefetchIdle with an answer's first ranges filling = %d, %v", n, err)
 	}
 }

@@ -44,8 +44,9 @@ type flight struct {
 	fetched  bool // the bytes came from the origin (a miss), not from disk
 	refs     int  // readers holding the flight, plus the fill itself
 	joined   int  // Range parts that acquired the flight (counted as hits or misses at its end)
-	// demanded: a read joined the flight (counted in Cache.demanded); set under c.mu, read by
-	// the gate without it.
+	// demanded: a read joined the flight, or Prefetch started or joined it (the first ranges of
+	// an answer: what its client reads next), not only PrefetchIdle; counted in Cache.demanded.
+	// Set under c.mu, read by the gate without it.
 	demanded atomic.Bool
 	doneCh   chan struct{}
 	chain    *chain // set when the flight reads a chained origin answer (chain.go); nil: its own

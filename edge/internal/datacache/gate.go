@@ -8,7 +8,7 @@ import (
 // gate orders the fills' CPU work — verifying received chunks and writing them to the temp file —
 // by need: at most n fills do it at once (Open: GOMAXPROCS-1, at least 1, so that one
 // processor stays free to serve clients), and when one finishes a batch the next batch goes to
-// the fill a reader is waiting for, else to one a client's read joined, else to the oldest
+// the fill a reader is waiting for, else to one of bytes a client reads next, else to the oldest
 // (flights are numbered as they start; a read or a read-ahead starts its segments in file
 // order). Without it a busy edge spread its processor evenly over every running fill — read-
 // ahead's and a client's ranged requests', dozens at once — so the bytes a client was waiting
@@ -81,7 +81,8 @@ func (g *gate) release() {
 }
 
 // before reports whether fl's next batch is more needed than o's: a fill a reader waits for
-// first, then one a client's read joined (not only read-ahead), then the older fill.
+// first, then one of bytes a client reads next (flight.demanded: not only idle read-ahead),
+// then the older fill.
 func (fl *flight) before(o *flight) bool {
 	if a, b := fl.waiting.Load() > 0, o.waiting.Load() > 0; a != b {
 		return a

@@ -62,7 +62,7 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 	if len(runs) == 0 {
 		return 0, nil
 	}
-	first, err := c.prefetchChain(l, runs[0])
+	first, err := c.prefetchChain(l, runs[0], true)
 	if err != nil {
 		for _, ss := range runs {
 			c.pre.sem.Release(int64(len(ss)))
@@ -73,7 +73,7 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 		go func() {
 			first.ramp(c.closing, c.rampWait)
 			for i, ss := range runs[1:] {
-				if _, err := c.prefetchChain(l, ss); err != nil {
+				if _, err := c.prefetchChain(l, ss, true); err != nil {
 					for _, ss := range runs[1+i:] {
 						c.pre.sem.Release(int64(len(ss)))
 					}
@@ -86,10 +86,10 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 }
 
 // prefetchChain starts (or joins) the fills of consecutive segments ss as read-ahead, whose
-// slots the caller holds; the slots and references go back as the fills end. It returns the
-// first flight.
-func (c *Cache) prefetchChain(l *xorb.Layout, ss []span) (*flight, error) {
-	fls, err := c.acquireChain(l, ss, false)
+// slots the caller holds; the slots and references go back as the fills end. wanted: Prefetch
+// (the bytes a client reads next), not PrefetchIdle (acquireChain). It returns the first flight.
+func (c *Cache) prefetchChain(l *xorb.Layout, ss []span, wanted bool) (*flight, error) {
+	fls, err := c.acquireChain(l, ss, false, wanted)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,8 @@ func (c *Cache) undemand() {
 	}
 }
 
-// waitIdle waits until no fill a read joined is running, or ctx ends, or the cache closes.
+// waitIdle waits until no demanded fill is running (flight.demanded), or ctx ends, or the cache
+// closes.
 func (c *Cache) waitIdle(ctx context.Context) error {
 	c.mu.Lock()
 	closed, idle := c.closed, c.idle
@@ -153,8 +154,10 @@ func (c *Cache) waitIdle(ctx context.Context) error {
 
 // PrefetchIdle is Prefetch for the bytes a client asks for later, not next (the rest of an
 // answered reconstruction beyond its first ranges): it starts each chain of missing segments
-// only while no fill a client's read joined is running — read-ahead then uses what the fills
-// clients wait for leave idle, and never competes with them — and waits for read-ahead slots
+// only while no fill of bytes a client reads next is running (one a read joined, or Prefetch's)
+// — read-ahead then uses what those fills leave idle, and never competes with them; started
+// right after an answer, it would have pulled the origin away from the answer's first ranges
+// before the client asked for them — and waits for read-ahead slots
 // instead of skipping. It returns once it started (or joined) the fills of every segment of
 // [start, end) that was missing when its turn came, with the number of segments started, or
 // early with ctx's error (ErrClosed when the cache closes). Same range rules as Prefetch.
@@ -195,7 +198,7 @@ func (c *Cache) PrefetchIdle(ctx context.Context, l *xorb.Layout, start, end int
 			if err := c.pre.sem.Acquire(ctx, int64(len(cs))); err != nil {
 				return started, context.Cause(ctx)
 			}
-			if _, err := c.prefetchChain(l, cs); err != nil {
+			if _, err := c.prefetchChain(l, cs, false); err != nil {
 				c.pre.sem.Release(int64(len(cs)))
 				return started, err
 			}
