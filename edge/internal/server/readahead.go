@@ -127,8 +127,12 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	}
 	var rest []readAheadRange // read ahead while idle: the answer's ranges after rs
 	if s.o.ReadAheadIdleBytes > 0 {
+		// firstRanges with larger bounds lists rs first, then goes on; rest starts at the last of
+		// rs (its part past the clip, set once prefetchRange has clipped it).
 		all := firstRanges(a, s.o.ReadAheadBytes+s.o.ReadAheadIdleBytes, len(rs)+idleRanges)
-		rest = all[len(rs)-1:] // from the last of rs: its part past the clip (prefetchRange)
+		if len(all) >= len(rs) && all[len(rs)-1] == rs[len(rs)-1] {
+			rest = all[len(rs)-1:]
+		}
 	}
 	if !s.ra.runs.TryAcquire(1) {
 		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
