@@ -663,38 +663,34 @@ func TestPrefetchIdle(t *testing.T) {
 		t.Fatalf("PrefetchIdle of a cached range = %d, %v", n, err)
 	}
 
-	// A context that ends while a client's fill runs: nothing started, the context's error.
-	f3 := newFakeFetcher(o, o2)
-	f3.gate = make(chan struct{})
-	f3.entered = make(chan fetchKey, 1000)
-	defer close(f3.gate)
-	c3, _ := testCache(t, t.TempDir(), f3, 1<<30, testSegment)
-	go func() {
-		if rr, err := c3.ReadRange(context.Background(), o.l, s, e); err == nil {
-			rr.Close()
+	// A context that ends while a client's read, or an answer's first ranges (Prefetch: what
+	// the client reads next), are filling: nothing started, the context's error.
+	for name, hold := range map[string]func(c *Cache){
+		"a client's read": func(c *Cache) {
+			go func() {
+				if rr, err := c.ReadRange(context.Background(), o.l, s, e); err == nil {
+					rr.Close()
+				}
+			}()
+		},
+		"an answer's first ranges": func(c *Cache) {
+			if n, err := c.Prefetch(o.l, s, e); err != nil || n == 0 {
+				t.Errorf("Prefetch = %d, %v", n, err)
+			}
+		},
+	} {
+		fh := newFakeFetcher(o, o2)
+		fh.gate = make(chan struct{})
+		fh.entered = make(chan fetchKey, 1000)
+		ch, _ := testCache(t, t.TempDir(), fh, 1<<30, testSegment)
+		hold(ch)
+		<-fh.entered
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		n, err := ch.PrefetchIdle(ctx, o2.l, s2, e2)
+		cancel()
+		close(fh.gate)
+		if n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("PrefetchIdle with %s filling, to its deadline = %d, %v", name, n, err)
 		}
-	}()
-	<-f3.entered
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if n, err := c3.PrefetchIdle(ctx, o2.l, s2, e2); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("PrefetchIdle with a client's fill running to the deadline = %d, %v", n, err)
-	}
-
-	// An answer's first ranges (Prefetch) hold it back the same way: right after an answer
-	// they are what the client asks for next.
-	f4 := newFakeFetcher(o, o2)
-	f4.gate = make(chan struct{})
-	f4.entered = make(chan fetchKey, 1000)
-	defer close(f4.gate)
-	c4, _ := testCache(t, t.TempDir(), f4, 1<<30, testSegment)
-	if n, err := c4.Prefetch(o.l, s, e); err != nil || n == 0 {
-		t.Fatalf("Prefetch = %d, %v", n, err)
-	}
-	<-f4.entered
-	ctx4, cancel4 := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel4()
-	if n, err := c4.PrefetchIdle(ctx4, o2.l, s2, e2); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("PrefetchIdle with an answer's first ranges filling = %d, %v", n, err)
 	}
 }
