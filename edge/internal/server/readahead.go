@@ -125,6 +125,10 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 	if len(rs) == 0 {
 		return
 	}
+	if !s.ra.runs.TryAcquire(1) {
+		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
+		return
+	}
 	var rest []readAheadRange // read ahead while idle: the answer's ranges after rs
 	if s.o.ReadAheadIdleBytes > 0 {
 		// firstRanges with larger bounds lists rs first, then goes on; rest starts at the last of
@@ -133,10 +137,6 @@ func (s *Server) readAhead(ctx context.Context, a *recon.Answer) {
 		if len(all) >= len(rs) && all[len(rs)-1] == rs[len(rs)-1] {
 			rest = all[len(rs)-1:]
 		}
-	}
-	if !s.ra.runs.TryAcquire(1) {
-		s.m.readAhead.WithLabelValues("skipped_busy").Inc()
-		return
 	}
 	s.m.readAhead.WithLabelValues("started").Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readAheadTimeout)
