@@ -32,15 +32,7 @@ func (c *Cache) Prefetch(l *xorb.Layout, start, end int64) (int, error) {
 		return 0, err
 	}
 	started := 0
-	var todo []span
-	for _, s := range segments(l, r, c.o.SegmentBytes) {
-		k := key{h: l.Hash, start: s.start, len: s.len()}
-		if present, verified := c.idx.get(k); present && verified {
-			c.m.prefetch.WithLabelValues("cached").Inc()
-			continue
-		}
-		todo = append(todo, s)
-	}
+	todo := c.uncached(l, segments(l, r, c.o.SegmentBytes))
 	// Consecutive segments to fill go in chains, one origin request each (chain.go); each
 	// segment of a chain takes one read-ahead slot until its fill ends, and a chain is cut where
 	// the slots run out. The first chain starts now, the others once it has its first bytes
@@ -113,7 +105,21 @@ func (c *Cache) CachedAt(h hash.Hash, off int64) bool {
 	return off >= 0 && c.idx.cachedAt(h, off)
 }
 
-// demand marks fl as joined by a read; c.mu is held.
+// uncached returns the segments of ss that are not cached and verified, counting the others
+// as read-ahead found cached (xet_edge_datacache_prefetch_total{result="cached"}).
+func (c *Cache) uncached(l *xorb.Layout, ss []span) []span {
+	var out []span
+	for _, s := range ss {
+		if present, verified := c.idx.get(key{h: l.Hash, start: s.start, len: s.len()}); present && verified {
+			c.m.prefetch.WithLabelValues("cached").Inc()
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// demand marks fl as joined by a read or read ahead as an answer's first ranges; c.mu is held.
 func (c *Cache) demand(fl *flight) {
 	if fl.demanded.Load() {
 		return
@@ -172,29 +178,13 @@ func (c *Cache) PrefetchIdle(ctx context.Context, l *xorb.Layout, start, end int
 	if err != nil {
 		return 0, err
 	}
-	var todo []span
-	for _, s := range segments(l, r, c.o.SegmentBytes) {
-		if present, verified := c.idx.get(key{h: l.Hash, start: s.start, len: s.len()}); present && verified {
-			c.m.prefetch.WithLabelValues("cached").Inc()
-			continue
-		}
-		todo = append(todo, s)
-	}
 	started := 0
-	for _, ss := range c.chains(todo) {
+	for _, ss := range c.chains(c.uncached(l, segments(l, r, c.o.SegmentBytes))) {
 		if err := c.waitIdle(ctx); err != nil {
 			return started, err
 		}
 		// Filled meanwhile (a client's read, or another answer's read-ahead)?
-		var left []span
-		for _, s := range ss {
-			if present, verified := c.idx.get(key{h: l.Hash, start: s.start, len: s.len()}); present && verified {
-				c.m.prefetch.WithLabelValues("cached").Inc()
-				continue
-			}
-			left = append(left, s)
-		}
-		for _, cs := range c.chains(left) {
+		for _, cs := range c.chains(c.uncached(l, ss)) {
 			if err := c.pre.sem.Acquire(ctx, int64(len(cs))); err != nil {
 				return started, context.Cause(ctx)
 			}
