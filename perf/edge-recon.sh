@@ -19,10 +19,14 @@
 # started is stopped on exit.
 #
 # Environment: ROUNDS (5), MODES ("shared pinned plain"), QUIET (0.35; "" to not wait),
-# PORT_BASE (29400), WORK (a temp dir), RECONBENCH_ARGS (extra reconbench flags).
+# PORT_BASE (29400), WORK (a temp dir, removed on exit unless KEEP=1), RECONBENCH_ARGS (extra
+# reconbench flags), EDGE_CONFIG (a JSON file both edges get as --config, e.g. {"cache":
+# {"read_ahead_bytes": -1, "read_ahead_idle_bytes": -1}} to time the answers without the
+# read-ahead they start).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=${ROUNDS:-5} MODES=${MODES:-shared pinned plain} QUIET=${QUIET-0.35} P=${PORT_BASE:-29400}
+EDGE_CONFIG=${EDGE_CONFIG:+$(realpath "$EDGE_CONFIG")}
 WORK=${WORK:-$(mktemp -d /tmp/edge-recon.XXXXXX)}
 [ "$(nproc)" -ge 2 ] || { echo "edge-recon: needs two cores to pin" >&2; exit 2; }
 log() { printf 'edge-recon: %s\n' "$*" >&2; }
@@ -31,6 +35,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	[ "${KEEP:-}" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 up() { # up URL: wait for /healthz
@@ -54,14 +59,14 @@ edge() {
 	shift 2
 	"$@" "$B/xet-edge" --origin "http://127.0.0.1:$P" --origin-token "$E" --data-dir "$WORK/edge-$mode" \
 		--listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" \
-		--http-listen "127.0.0.1:$((port + 2))" >"$WORK/edge-$mode.log" 2>&1 &
+		--http-listen "127.0.0.1:$((port + 2))" ${EDGE_CONFIG:+--config "$EDGE_CONFIG"} >"$WORK/edge-$mode.log" 2>&1 &
 	edge_pid=$!
 	pids+=("$edge_pid")
 	up "https://127.0.0.1:$port"
 }
 edge shared $((P + 10))
 shared_pid=$edge_pid
-edge pinned $((P + 20)) taskset -c 0 # started pinned, so that its GOMAXPROCS is 1
+edge pinned $((P + 20)) taskset -c 0 # one CPU (the edge still runs two Ps there: edge.atLeastTwoProcs)
 pinned_pid=$edge_pid
 
 # bench MODE [reconbench flags...]: one reconbench latency run against that mode's edge
