@@ -19,15 +19,55 @@ import (
 )
 
 // FreeAddr returns a loopback host:port nobody listens on right now (another process may take
-// it before the caller binds it; the window is short enough for tests).
+// it before the caller binds it; the window is short enough for tests). It never returns the
+// same port twice in one process: the kernel picks a random free port for each bind to port 0,
+// so two calls in a row can get the same one once the first listener is closed, and a test that
+// asks for several addresses would then start two servers on one port.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		freeAddrs.Lock()
+		seen := freeAddrs.given[addr]
+		freeAddrs.given[addr] = true
+		freeAddrs.Unlock()
+		if !seen {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("FreeAddr: the kernel gave 1000 ports this process had already been given")
+	return ""
+}
+
+// freeAddrs holds every address FreeAddr has returned in this process.
+var freeAddrs = struct {
+	sync.Mutex
+	given map[string]bool
+}{given: map[string]bool{}}
+
+// SyncBuffer collects what several goroutines write (a child process's output copied by
+// os/exec, a logger) and lets a test read it while they still write.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what has been written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // Build compiles the command pkg (an import path, or a path relative to the test's package

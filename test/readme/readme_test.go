@@ -446,7 +446,7 @@ func startRun(t *testing.T) started {
 	cmd.Env = append(os.Environ(), "XETCDN_BIN="+bin, "XETCDN_RUN_DIR="+data,
 		"ORIGIN_LISTEN="+origin, "ORIGIN_ADMIN_LISTEN="+testenv.FreeAddr(t),
 		"EDGE_LISTEN="+testenv.FreeAddr(t), "EDGE_HTTP_LISTEN="+testenv.FreeAddr(t))
-	var stderr strings.Builder
+	var stderr testenv.SyncBuffer // read below while os/exec still copies into it
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()

@@ -360,7 +360,7 @@ func (c *failConn) Write(p []byte) (int, error) {
 // per TLS record, and a socket write that fails mid-body reaches the handler (logged as a
 // failure after the answer started) while the client sees a broken body.
 func TestTransferOverBatchedTLS(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	fx := newTransferFixture(t, 48, 20000, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 	whole := fx.chunkBytes(0, 48)
 	get := func(srv *httptest.Server) ([]byte, error) {
@@ -401,24 +401,6 @@ func TestTransferOverBatchedTLS(t *testing.T) {
 	if !strings.Contains(logs.String(), "request failed after the answer started") || !strings.Contains(logs.String(), errWriteFailed.Error()) {
 		t.Fatalf("the failed write was not reported by the handler; log:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func testutilCounter(t *testing.T, s *Server) float64 {
