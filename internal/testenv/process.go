@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,37 +20,108 @@ import (
 	"time"
 )
 
-// FreeAddr returns a loopback host:port nobody listens on right now (another process may take
-// it before the caller binds it; the window is short enough for tests). It never returns the
-// same port twice in one process: the kernel picks a random free port for each bind to port 0,
-// so two calls in a row can get the same one once the first listener is closed, and a test that
-// asks for several addresses would then start two servers on one port.
+// FreeAddr returns a loopback host:port nobody listens on (TCP or UDP) and no other test
+// process has been given, reserved for this process until it exits.
+//
+// Ports come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so neither
+// a bind to port 0 nor an outgoing connection of any process can take one between FreeAddr and
+// the caller's bind. Test processes running side by side (go test runs packages in parallel)
+// reserve their ports with a lock on a file per port in a directory under os.TempDir: the lock
+// lasts as long as the process, and the kernel drops it when the process dies. Within one
+// process a port is never handed out twice. Where none of that is possible (no such range, no
+// lock directory) it falls back to the kernel's choice of a free port, still never repeated
+// within the process: the kernel picks at random, and two calls in a row can otherwise get the
+// same port once the first listener is closed.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		freeAddrs.Lock()
-		seen := freeAddrs.given[addr]
-		freeAddrs.given[addr] = true
-		freeAddrs.Unlock()
-		if !seen {
-			return addr
-		}
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("FreeAddr: the kernel gave 1000 ports this process had already been given")
-	return ""
+	return addr
 }
 
-// freeAddrs holds every address FreeAddr has returned in this process.
+// freeAddrs holds every address FreeAddr has returned in this process and the open lock files
+// that reserve them.
 var freeAddrs = struct {
 	sync.Mutex
 	given map[string]bool
+	locks []*os.File
 }{given: map[string]bool{}}
+
+// Reserved ports are drawn from [reserveLow, the ephemeral range's start).
+const reserveLow = 20000
+
+func freeAddr() (string, error) {
+	freeAddrs.Lock()
+	defer freeAddrs.Unlock()
+	if lo, hi := reserveLow, ephemeralStart(); hi-lo >= 1000 {
+		dir := filepath.Join(os.TempDir(), "xetcdn-test-ports")
+		if err := os.MkdirAll(dir, 0o700); err == nil {
+			for range 1000 {
+				port := strconv.Itoa(lo + rand.IntN(hi-lo))
+				addr := net.JoinHostPort("127.0.0.1", port)
+				if freeAddrs.given[addr] {
+					continue
+				}
+				f, ok := lockFile(filepath.Join(dir, port))
+				if !ok {
+					continue // another test process holds it, or the directory is not ours
+				}
+				if !unused(addr) {
+					f.Close() // releases the lock
+					continue
+				}
+				freeAddrs.given[addr] = true
+				freeAddrs.locks = append(freeAddrs.locks, f)
+				return addr, nil
+			}
+		}
+	}
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !freeAddrs.given[addr] {
+			freeAddrs.given[addr] = true
+			return addr, nil
+		}
+	}
+	return "", errors.New("FreeAddr: no port this process has not been given already")
+}
+
+// unused reports whether nothing listens on addr over TCP or UDP (the edge serves HTTP/3 on
+// the UDP port of its TLS listener).
+func unused(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	pc.Close()
+	return true
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range (0 when it cannot be read).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
 
 // SyncBuffer collects what several goroutines write (a child process's output copied by
 // os/exec, a logger) and lets a test read it while they still write.

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -35,9 +37,22 @@ func TestMain(m *testing.M) {
 // helper is a server for the tests. "serve" listens on addr and logs "helper listening"; its
 // /healthz answers 503 until /go was requested, which also logs "helper ready"; on SIGTERM it
 // logs "helper got SIGTERM" and exits 0. "stubborn" ignores SIGTERM and logs "helper ready".
-// "fail" logs "helper boom" and exits 3.
+// "fail" logs "helper boom" and exits 3. "ports" takes 1,000 addresses from FreeAddr, prints
+// them and a line "held", and keeps them until its standard input closes.
 func helper(mode, addr string) int {
 	switch mode {
+	case "ports": // reserve 1000 ports, print them, hold them until stdin closes
+		for range 1000 {
+			a, err := freeAddr()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Println(a)
+		}
+		fmt.Println("held")
+		io.Copy(io.Discard, os.Stdin)
+		return 0
 	case "fail":
 		fmt.Fprintln(os.Stderr, "helper boom")
 		return 3
@@ -344,12 +359,12 @@ func TestFreeAddr(t *testing.T) {
 	ln.Close()
 }
 
-// TestFreeAddrDistinct asks for far more addresses than the kernel's random choice can give
-// without a repeat (2,000 out of some 14,000 ports: a repeat is all but certain), so it fails
-// if FreeAddr hands out a port twice.
+// TestFreeAddrDistinct asks for far more addresses than a random choice can give without a
+// repeat (1,000 out of some 13,000 ports: dozens of repeats expected), so it fails if FreeAddr
+// hands out a port twice.
 func TestFreeAddrDistinct(t *testing.T) {
 	seen := map[string]bool{}
-	for range 2000 {
+	for range 1000 {
 		addr := FreeAddr(t)
 		if seen[addr] {
 			t.Fatalf("FreeAddr returned %s twice", addr)
@@ -372,5 +387,42 @@ func TestSyncBuffer(t *testing.T) {
 	wg.Wait()
 	if got := len(b.String()); got != 800 {
 		t.Fatalf("len %d, want 800", got)
+	}
+}
+
+// TestFreeAddrOtherProcess: while another test process holds 1,000 addresses from FreeAddr,
+// 1,000 more here are all different from them (by chance some 75 would repeat).
+func TestFreeAddrOtherProcess(t *testing.T) {
+	if ephemeralStart()-reserveLow < 1000 {
+		t.Skip("no port range below the ephemeral one to reserve from")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv("ports", "")...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	theirs := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "held" {
+		theirs[sc.Text()] = true
+	}
+	if len(theirs) != 1000 {
+		t.Fatalf("the other process printed %d addresses", len(theirs))
+	}
+	for range 1000 {
+		if a := FreeAddr(t); theirs[a] {
+			t.Fatalf("FreeAddr gave %s, which another process holds", a)
+		}
 	}
 }
