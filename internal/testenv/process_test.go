@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,6 +424,28 @@ func TestFreeAddrOtherProcess(t *testing.T) {
 	for range 1000 {
 		if a := FreeAddr(t); theirs[a] {
 			t.Fatalf("FreeAddr gave %s, which another process holds", a)
+		}
+	}
+}
+
+// TestFreeAddrFallback: without a lock directory FreeAddr takes the kernel's choice of port,
+// and still never the same one twice (1,000 draws from the ephemeral range repeat by chance).
+func TestFreeAddrFallback(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", notDir) // the lock directory cannot be made under a file
+	seen := map[string]bool{}
+	for range 1000 {
+		addr := FreeAddr(t)
+		if seen[addr] {
+			t.Fatalf("FreeAddr returned %s twice", addr)
+		}
+		seen[addr] = true
+		_, port, _ := net.SplitHostPort(addr)
+		if p, _ := strconv.Atoi(port); ephemeralStart() > 0 && p < ephemeralStart() {
+			t.Fatalf("FreeAddr returned %s, a reserved port, with no lock directory", addr)
 		}
 	}
 }
