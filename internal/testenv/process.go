@@ -55,30 +55,10 @@ const reserveLow = 20000
 func freeAddr() (string, error) {
 	freeAddrs.Lock()
 	defer freeAddrs.Unlock()
-	if lo, hi := reserveLow, ephemeralStart(); hi-lo >= 1000 {
-		dir := filepath.Join(os.TempDir(), "xetcdn-test-ports")
-		if err := os.MkdirAll(dir, 0o700); err == nil {
-			for range 1000 {
-				port := strconv.Itoa(lo + rand.IntN(hi-lo))
-				addr := net.JoinHostPort("127.0.0.1", port)
-				if freeAddrs.given[addr] {
-					continue
-				}
-				f, ok := lockFile(filepath.Join(dir, port))
-				if !ok {
-					continue // another test process holds it, or the directory is not ours
-				}
-				if !unused(addr) {
-					f.Close() // releases the lock
-					continue
-				}
-				freeAddrs.given[addr] = true
-				freeAddrs.locks = append(freeAddrs.locks, f)
-				return addr, nil
-			}
-		}
+	if addr, ok := reservedAddr(); ok {
+		return addr, nil
 	}
-	for range 1000 {
+	for range 1000 { // the fallback: the kernel's choice, never repeated
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", err
@@ -91,6 +71,39 @@ func freeAddr() (string, error) {
 		}
 	}
 	return "", errors.New("FreeAddr: no port this process has not been given already")
+}
+
+// reservedAddr finds an unused port in [reserveLow, the ephemeral range's start) that no other
+// test process holds, and locks it for this one; false when there is no such range or no lock
+// directory, or 1,000 draws found nothing. freeAddrs must be locked.
+func reservedAddr() (string, bool) {
+	lo, hi := reserveLow, ephemeralStart()
+	if hi-lo < 1000 {
+		return "", false
+	}
+	dir := filepath.Join(os.TempDir(), "xetcdn-test-ports")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", false
+	}
+	for range 1000 {
+		port := strconv.Itoa(lo + rand.IntN(hi-lo))
+		addr := net.JoinHostPort("127.0.0.1", port)
+		if freeAddrs.given[addr] {
+			continue
+		}
+		f, ok := lockFile(filepath.Join(dir, port))
+		if !ok {
+			continue // another test process holds it, or the directory is not ours
+		}
+		if !unused(addr) {
+			f.Close() // releases the lock
+			continue
+		}
+		freeAddrs.given[addr] = true
+		freeAddrs.locks = append(freeAddrs.locks, f)
+		return addr, true
+	}
+	return "", false
 }
 
 // unused reports whether nothing listens on addr over TCP or UDP (the edge serves HTTP/3 on
@@ -109,8 +122,9 @@ func unused(addr string) bool {
 	return true
 }
 
-// ephemeralStart is the first port of the kernel's ephemeral range (0 when it cannot be read).
-func ephemeralStart() int {
+// ephemeralStart is the first port of the kernel's ephemeral range (0 when it cannot be read),
+// read once per process.
+var ephemeralStart = sync.OnceValue(func() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0
@@ -121,7 +135,7 @@ func ephemeralStart() int {
 	}
 	n, _ := strconv.Atoi(f[0])
 	return n
-}
+})
 
 // SyncBuffer collects what several goroutines write (a child process's output copied by
 // os/exec, a logger) and lets a test read it while they still write.

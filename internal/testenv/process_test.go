@@ -364,14 +364,23 @@ func TestFreeAddr(t *testing.T) {
 // repeat (1,000 out of some 13,000 ports: dozens of repeats expected), so it fails if FreeAddr
 // hands out a port twice.
 func TestFreeAddrDistinct(t *testing.T) {
+	distinctAddrs(t, 1000)
+}
+
+// distinctAddrs takes n addresses from FreeAddr and fails the test if one comes twice.
+func distinctAddrs(t *testing.T, n int) []string {
+	t.Helper()
 	seen := map[string]bool{}
-	for range 1000 {
+	addrs := make([]string, 0, n)
+	for range n {
 		addr := FreeAddr(t)
 		if seen[addr] {
 			t.Fatalf("FreeAddr returned %s twice", addr)
 		}
 		seen[addr] = true
+		addrs = append(addrs, addr)
 	}
+	return addrs
 }
 
 func TestSyncBuffer(t *testing.T) {
@@ -436,13 +445,7 @@ func TestFreeAddrFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("TMPDIR", notDir) // the lock directory cannot be made under a file
-	seen := map[string]bool{}
-	for range 1000 {
-		addr := FreeAddr(t)
-		if seen[addr] {
-			t.Fatalf("FreeAddr returned %s twice", addr)
-		}
-		seen[addr] = true
+	for _, addr := range distinctAddrs(t, 1000) {
 		_, port, _ := net.SplitHostPort(addr)
 		if p, _ := strconv.Atoi(port); ephemeralStart() > 0 && p < ephemeralStart() {
 			t.Fatalf("FreeAddr returned %s, a reserved port, with no lock directory", addr)
